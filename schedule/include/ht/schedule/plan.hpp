@@ -1,0 +1,109 @@
+// The schedule plan: pure data shared by the engine (which executes it), the SimGrid twin (which
+// replays it) and outside tools (through its versioned JSON). A plan lists, for every rank, the
+// nodes it issues in host order; each node runs on the rank's compute or comm stream.
+//
+// Ordering contract (reference sections 3.5, 5.2):
+//  - stream order: nodes of one stream of a rank run in issue order (implicit, not in `deps`);
+//  - per-microbatch chain: nodes of one (microbatch, model chunk) on a rank run in issue order
+//    across both streams (the one event per chunk plan) -- listed explicitly in `deps`;
+//  - cross-rank: pipeline receives depend on the matching send; the members of one collective
+//    (all-to-all within an EP group, gradient all-reduce within a DP group) rendezvous -- each
+//    node names its collective, and `deps` lists the producing node of a p2p transfer.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ht::schedule {
+
+inline constexpr int kPlanFormatVersion = 1;
+
+enum class Stream : std::uint8_t { Compute, Comm };
+
+enum class Slot : std::uint8_t {
+  PreProcess,     // embedding (first pipeline stage)
+  PreDispatch,    // pre-layers of the group, then norm + router + permute when the terminal is E
+  Dispatch,       // all-to-all of routed tokens (comm)
+  Mlp,            // experts or dense MLP
+  Combine,        // all-to-all back + weighted sum + residual (comm)
+  MtpPost,        // MTP final norm (MTP layers only)
+  PostProcess,    // final norm + output layer + loss (last pipeline stage)
+  PipeSend,       // pipeline p2p send of activations (forward) or gradients (backward)
+  PipeRecv,       // pipeline p2p receive
+  GradAllReduce,  // data-parallel all-reduce of non-expert gradients (end of step)
+};
+
+enum class Phase : std::uint8_t {
+  Forward,
+  Backward,  // input gradients (and weight gradients when they are not delayed)
+  Weight,    // delayed weight gradients, owned by the slot that ran the forward
+};
+
+enum class CollectiveKind : std::uint8_t { AllToAll, PointToPoint, AllReduce };
+
+std::string_view to_string(Stream s);
+std::string_view to_string(Slot s);
+std::string_view to_string(Phase p);
+std::string_view to_string(CollectiveKind k);
+
+// Bytes one node sends to one peer (global rank).
+struct Transfer {
+  int peer = 0;
+  double bytes = 0;
+  bool operator==(const Transfer&) const = default;
+};
+
+struct Node {
+  int id = 0;             // index into Plan::nodes
+  int rank = 0;           // global rank that issues it
+  Stream stream = Stream::Compute;
+  Slot slot = Slot::PreDispatch;
+  Phase phase = Phase::Forward;
+  int microbatch = -1;    // -1 for step-level nodes (gradient all-reduce)
+  int vp_stage = 0;       // model chunk on this rank
+  int layer = -1;         // global logical layer index; -1 for pre/post-process and comm-only
+  bool mtp = false;       // the layer is an MTP depth (layer = depth index then)
+  std::string symbols;    // what the node computes, e.g. "M*E" for a [M*E] pre_dispatch
+  double flops = 0;       // floating-point operations
+  double mem_bytes = 0;   // device memory traffic
+  std::vector<Transfer> sends;  // comm nodes: bytes to each peer
+  int collective = -1;    // index into Plan::collectives, or -1
+  std::vector<int> deps;  // node ids that must finish first (besides stream order)
+
+  // Stable human-readable label, e.g. "F mb3 L5 dispatch".
+  std::string label() const;
+  bool operator==(const Node&) const = default;
+};
+
+struct Collective {
+  int id = 0;
+  CollectiveKind kind = CollectiveKind::AllToAll;
+  std::vector<int> nodes;  // one node per participating rank
+  bool operator==(const Collective&) const = default;
+};
+
+struct RankPlan {
+  int rank = 0;
+  int pp_rank = 0;
+  int ep_rank = 0;             // index inside its EP group
+  int dp_rank = 0;             // index inside its data-parallel group (EP groups are DP subsets)
+  std::vector<int> issue;      // all node ids of this rank in host issue order
+  bool operator==(const RankPlan&) const = default;
+};
+
+struct Plan {
+  int version = kPlanFormatVersion;
+  std::string schedule;        // "sequential" | "combined_1f1b" | "interleaved_1f1b"
+  std::string pattern;         // full pattern text
+  int pp = 1, vpp = 1, ep = 1, dp = 1, microbatches = 1;
+  bool overlap = false;
+  bool delay_wgrad = false;
+  std::vector<Node> nodes;
+  std::vector<Collective> collectives;
+  std::vector<RankPlan> ranks;
+  bool operator==(const Plan&) const = default;
+};
+
+}  // namespace ht::schedule

@@ -1,0 +1,31 @@
+// Matrix products of the CPU reference backend: every linear map of every layer goes through
+// matmul(), so the one place that decides reduction order (Eigen's single-threaded blocked GEMM,
+// fixed for fixed shapes) is here. A CUDA backend provides the same entry points over cuBLAS.
+//
+// Convention (row-major, contiguous, PyTorch weight layout):
+//   out (m, n)  =  op(a) (m, k)  @  op(b) (k, n)      (+= when accumulate)
+//   a is stored (m, k), or (k, m) when trans_a;  b is stored (k, n), or (n, k) when trans_b.
+// A linear layer y = x W^T with W (OC, C):  matmul(y, x, W, N, OC, C, false, true)
+//   dx += dy W:                             matmul(dx, dy, W, N, C, OC, false, false, true)
+//   dW += dy^T x:                           matmul(dW, dy, x, OC, C, N, true, false, true)
+#pragma once
+
+#include "ht/engine/tensor.hpp"
+
+namespace ht::engine::cpu {
+
+// Instantiated for float and double (engine/src/cpu/gemm.cpp).
+template <class T>
+void matmul(T* out, const T* a, const T* b, int m, int n, int k, bool trans_a = false,
+            bool trans_b = false, bool accumulate = false);
+
+// y (N, OC) = x (N, C) W^T (+ bias (OC)); leading dims of x are flattened into N.
+template <class T>
+void linear_forward(T* y, const T* x, const T* weight, const T* bias, int n, int c, int oc);
+// Backward of linear_forward; every output accumulates (+=). Any of dx, dweight, dbias may be
+// nullptr when that gradient is not wanted.
+template <class T>
+void linear_backward(T* dx, T* dweight, T* dbias, const T* dy, const T* x, const T* weight, int n,
+                     int c, int oc);
+
+}  // namespace ht::engine::cpu

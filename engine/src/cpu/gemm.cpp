@@ -1,0 +1,69 @@
+// Eigen-backed GEMM of the CPU reference backend (see gemm.hpp for the layout convention).
+// Eigen runs single-threaded here (no OpenMP in this build), and its blocking depends only on the
+// shapes, so the same shapes give the same bits on every run: the determinism the engine relies on.
+#include "ht/engine/cpu/gemm.hpp"
+
+#include <Eigen/Core>
+
+namespace ht::engine::cpu {
+namespace {
+template <class T>
+using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T>
+using CMap = Eigen::Map<const RowMat<T>>;
+template <class T>
+using MMap = Eigen::Map<RowMat<T>>;
+}  // namespace
+
+template <class T>
+void matmul(T* out, const T* a, const T* b, int m, int n, int k, bool trans_a, bool trans_b,
+            bool accumulate) {
+  if (m == 0 || n == 0) return;
+  MMap<T> c(out, m, n);
+  if (k == 0) {
+    if (!accumulate) c.setZero();
+    return;
+  }
+  // Stored shapes; a transposed operand is a transposed view (no copy).
+  CMap<T> am(a, trans_a ? k : m, trans_a ? m : k);
+  CMap<T> bm(b, trans_b ? n : k, trans_b ? k : n);
+  auto run = [&](const auto& lhs, const auto& rhs) {
+    if (accumulate)
+      c.noalias() += lhs * rhs;
+    else
+      c.noalias() = lhs * rhs;
+  };
+  if (!trans_a && !trans_b) run(am, bm);
+  else if (!trans_a && trans_b) run(am, bm.transpose());
+  else if (trans_a && !trans_b) run(am.transpose(), bm);
+  else run(am.transpose(), bm.transpose());
+}
+
+template <class T>
+void linear_forward(T* y, const T* x, const T* weight, const T* bias, int n, int c, int oc) {
+  matmul(y, x, weight, n, oc, c, false, true, false);
+  if (bias)
+    for (int i = 0; i < n; ++i)
+      for (int o = 0; o < oc; ++o) y[static_cast<long>(i) * oc + o] += bias[o];
+}
+
+template <class T>
+void linear_backward(T* dx, T* dweight, T* dbias, const T* dy, const T* x, const T* weight, int n,
+                     int c, int oc) {
+  if (dx) matmul(dx, dy, weight, n, c, oc, false, false, true);
+  if (dweight) matmul(dweight, dy, x, oc, c, n, true, false, true);
+  if (dbias)
+    // Row-by-row sum in token order: fixed reduction order.
+    for (int i = 0; i < n; ++i)
+      for (int o = 0; o < oc; ++o) dbias[o] += dy[static_cast<long>(i) * oc + o];
+}
+
+#define HT_INSTANTIATE(T)                                                                   \
+  template void matmul<T>(T*, const T*, const T*, int, int, int, bool, bool, bool);         \
+  template void linear_forward<T>(T*, const T*, const T*, const T*, int, int, int);         \
+  template void linear_backward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int);
+HT_INSTANTIATE(float)
+HT_INSTANTIATE(double)
+#undef HT_INSTANTIATE
+
+}  // namespace ht::engine::cpu

@@ -9,9 +9,22 @@
 //  - cross-rank: pipeline receives depend on the matching send; the members of one collective
 //    (all-to-all within an EP group, gradient all-reduce within a DP group) rendezvous -- each
 //    node names its collective, and `deps` lists the producing node of a p2p transfer.
+//
+// Conventions of the builder (schedule/src/build_plan.cpp), additive to the contract above:
+//  - a PointToPoint collective is {send, recv}; it is not a rendezvous: the send runs on the
+//    sender's comm stream and the receive waits for it through `deps` (buffered send);
+//  - AllToAll and AllReduce collectives are rendezvous: every member starts together;
+//  - slots without work get no node (no-op comm of dense layers, empty pre_dispatch of a lone
+//    '-', ...); the remaining nodes keep the slot order;
+//  - GradAllReduce nodes (microbatch -1, phase Backward, symbols "non_expert" or "expert") depend
+//    on the last node of every (microbatch, vp_stage) chain of their rank; mem_bytes is the
+//    gradient bytes S and `sends` lists every other member with 2*S/n bytes (bandwidth-optimal
+//    all-reduce volume); the expert all-reduce exists only when dp > ep;
+//  - pre_process/post_process nodes have layer -1 and empty symbols.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,6 +60,11 @@ std::string_view to_string(Stream s);
 std::string_view to_string(Slot s);
 std::string_view to_string(Phase p);
 std::string_view to_string(CollectiveKind k);
+// Inverses of to_string (used when reading plan JSON); nullopt for an unknown name.
+std::optional<Stream> stream_from_string(std::string_view s);
+std::optional<Slot> slot_from_string(std::string_view s);
+std::optional<Phase> phase_from_string(std::string_view s);
+std::optional<CollectiveKind> collective_kind_from_string(std::string_view s);
 
 // Bytes one node sends to one peer (global rank).
 struct Transfer {
@@ -104,6 +122,9 @@ struct Plan {
   std::vector<Collective> collectives;
   std::vector<RankPlan> ranks;
   bool operator==(const Plan&) const = default;
+
+  const Node& node(int id) const { return nodes.at(static_cast<std::size_t>(id)); }
+  int global_ranks() const { return static_cast<int>(ranks.size()); }
 };
 
 }  // namespace ht::schedule

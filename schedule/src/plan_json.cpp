@@ -1,0 +1,247 @@
+// Plan <-> JSON (see plan_json.hpp). The writer fixes the key order so equal plans give equal
+// bytes; the reader checks every key, type and enum, then the plan's structure.
+#include "ht/schedule/plan_json.hpp"
+
+#include <limits>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "atomic_file.hpp"
+#include "ht/schedule/check.hpp"
+#include "ht/schedule/error.hpp"
+
+namespace ht::schedule {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+using json = nlohmann::json;
+
+[[noreturn]] void bad(const std::string& message) { throw ScheduleError(ErrorCode::BadPlan, message); }
+
+ojson ints(const std::vector<int>& v) {
+  ojson a = ojson::array();
+  for (int x : v) a.push_back(x);
+  return a;
+}
+
+// Reads the fields of one JSON object and rejects keys nobody asked for.
+class ObjectReader {
+ public:
+  ObjectReader(const json& value, std::string where) : value_(value), where_(std::move(where)) {
+    if (!value_.is_object()) bad(where_ + " must be a JSON object");
+  }
+
+  const json& at(const std::string& key) {
+    const auto it = value_.find(key);
+    if (it == value_.end()) bad(where_ + " lacks the key \"" + key + "\"");
+    used_.insert(key);
+    return *it;
+  }
+  int integer(const std::string& key) { return as_int(at(key), where_ + "." + key); }
+  double number(const std::string& key) {
+    const json& v = at(key);
+    if (!v.is_number()) bad(where_ + "." + key + " must be a number, got " + v.dump());
+    return v.get<double>();
+  }
+  bool boolean(const std::string& key) {
+    const json& v = at(key);
+    if (!v.is_boolean()) bad(where_ + "." + key + " must be true or false, got " + v.dump());
+    return v.get<bool>();
+  }
+  std::string string(const std::string& key) {
+    const json& v = at(key);
+    if (!v.is_string()) bad(where_ + "." + key + " must be a string, got " + v.dump());
+    return v.get<std::string>();
+  }
+  const json& array(const std::string& key) {
+    const json& v = at(key);
+    if (!v.is_array()) bad(where_ + "." + key + " must be an array");
+    return v;
+  }
+  std::vector<int> int_array(const std::string& key) {
+    std::vector<int> out;
+    const json& a = array(key);
+    for (std::size_t i = 0; i < a.size(); ++i)
+      out.push_back(as_int(a[i], where_ + "." + key + "[" + std::to_string(i) + "]"));
+    return out;
+  }
+  template <typename E>
+  E enumeration(const std::string& key, std::optional<E> (*parse)(std::string_view)) {
+    const std::string text = string(key);
+    const auto e = parse(text);
+    if (!e) bad(where_ + "." + key + " has the unknown value \"" + text + "\"");
+    return *e;
+  }
+  void done() const {
+    for (const auto& item : value_.items())
+      if (!used_.count(item.key())) bad(where_ + " has the unknown key \"" + item.key() + "\"");
+  }
+
+  static int as_int(const json& v, const std::string& where) {
+    if (!v.is_number_integer()) bad(where + " must be an integer, got " + v.dump());
+    const auto x = v.get<long long>();
+    if (x < std::numeric_limits<int>::min() || x > std::numeric_limits<int>::max())
+      bad(where + " = " + v.dump() + " is out of range");
+    return static_cast<int>(x);
+  }
+
+ private:
+  const json& value_;
+  std::string where_;
+  std::set<std::string> used_;
+};
+
+}  // namespace
+
+std::string plan_to_json(const Plan& plan) {
+  ojson j;
+  j["format"] = kPlanFormatName;
+  j["version"] = plan.version;
+  j["schedule"] = plan.schedule;
+  j["pattern"] = plan.pattern;
+  j["pp"] = plan.pp;
+  j["vpp"] = plan.vpp;
+  j["ep"] = plan.ep;
+  j["dp"] = plan.dp;
+  j["microbatches"] = plan.microbatches;
+  j["overlap"] = plan.overlap;
+  j["delay_wgrad"] = plan.delay_wgrad;
+  ojson nodes = ojson::array();
+  for (const Node& n : plan.nodes) {
+    ojson o;
+    o["id"] = n.id;
+    o["rank"] = n.rank;
+    o["stream"] = to_string(n.stream);
+    o["slot"] = to_string(n.slot);
+    o["phase"] = to_string(n.phase);
+    o["microbatch"] = n.microbatch;
+    o["vp_stage"] = n.vp_stage;
+    o["layer"] = n.layer;
+    o["mtp"] = n.mtp;
+    o["symbols"] = n.symbols;
+    o["flops"] = n.flops;
+    o["mem_bytes"] = n.mem_bytes;
+    ojson sends = ojson::array();
+    for (const Transfer& t : n.sends) sends.push_back(ojson::array({t.peer, t.bytes}));
+    o["sends"] = std::move(sends);
+    o["collective"] = n.collective;
+    o["deps"] = ints(n.deps);
+    nodes.push_back(std::move(o));
+  }
+  j["nodes"] = std::move(nodes);
+  ojson collectives = ojson::array();
+  for (const Collective& c : plan.collectives)
+    collectives.push_back({{"id", c.id}, {"kind", to_string(c.kind)}, {"nodes", ints(c.nodes)}});
+  j["collectives"] = std::move(collectives);
+  ojson ranks = ojson::array();
+  for (const RankPlan& r : plan.ranks)
+    ranks.push_back({{"rank", r.rank},
+                     {"pp_rank", r.pp_rank},
+                     {"ep_rank", r.ep_rank},
+                     {"dp_rank", r.dp_rank},
+                     {"issue", ints(r.issue)}});
+  j["ranks"] = std::move(ranks);
+  return j.dump() + "\n";
+}
+
+Plan plan_from_json(std::string_view text) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    bad(std::string("plan file is not valid JSON: ") + e.what());
+  }
+  ObjectReader top(j, "plan");
+  const json& format = top.at("format");
+  if (!format.is_string() || format.get<std::string>() != kPlanFormatName)
+    bad("not a plan file: \"format\" is " + format.dump() + ", expected \"" +
+        std::string(kPlanFormatName) + "\"");
+  Plan plan;
+  plan.version = top.integer("version");
+  if (plan.version != kPlanFormatVersion)
+    bad("unsupported plan version " + std::to_string(plan.version) + " (this build reads version " +
+        std::to_string(kPlanFormatVersion) + ")");
+  plan.schedule = top.string("schedule");
+  if (plan.schedule != "sequential" && plan.schedule != "combined_1f1b" &&
+      plan.schedule != "interleaved_1f1b")
+    bad("plan.schedule has the unknown value \"" + plan.schedule + "\"");
+  plan.pattern = top.string("pattern");
+  plan.pp = top.integer("pp");
+  plan.vpp = top.integer("vpp");
+  plan.ep = top.integer("ep");
+  plan.dp = top.integer("dp");
+  plan.microbatches = top.integer("microbatches");
+  plan.overlap = top.boolean("overlap");
+  plan.delay_wgrad = top.boolean("delay_wgrad");
+  const json& nodes = top.array("nodes");
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    ObjectReader r(nodes[i], "plan.nodes[" + std::to_string(i) + "]");
+    Node n;
+    n.id = r.integer("id");
+    n.rank = r.integer("rank");
+    n.stream = r.enumeration<Stream>("stream", &stream_from_string);
+    n.slot = r.enumeration<Slot>("slot", &slot_from_string);
+    n.phase = r.enumeration<Phase>("phase", &phase_from_string);
+    n.microbatch = r.integer("microbatch");
+    n.vp_stage = r.integer("vp_stage");
+    n.layer = r.integer("layer");
+    n.mtp = r.boolean("mtp");
+    n.symbols = r.string("symbols");
+    n.flops = r.number("flops");
+    n.mem_bytes = r.number("mem_bytes");
+    const json& sends = r.array("sends");
+    for (std::size_t k = 0; k < sends.size(); ++k) {
+      const std::string where = "plan.nodes[" + std::to_string(i) + "].sends[" + std::to_string(k) + "]";
+      const json& s = sends[k];
+      if (!s.is_array() || s.size() != 2 || !s[1].is_number())
+        bad(where + " must be [peer, bytes], got " + s.dump());
+      n.sends.push_back({ObjectReader::as_int(s[0], where + "[0]"), s[1].get<double>()});
+    }
+    n.collective = r.integer("collective");
+    n.deps = r.int_array("deps");
+    r.done();
+    plan.nodes.push_back(std::move(n));
+  }
+  const json& collectives = top.array("collectives");
+  for (std::size_t i = 0; i < collectives.size(); ++i) {
+    ObjectReader r(collectives[i], "plan.collectives[" + std::to_string(i) + "]");
+    Collective c;
+    c.id = r.integer("id");
+    c.kind = r.enumeration<CollectiveKind>("kind", &collective_kind_from_string);
+    c.nodes = r.int_array("nodes");
+    r.done();
+    plan.collectives.push_back(std::move(c));
+  }
+  const json& ranks = top.array("ranks");
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    ObjectReader r(ranks[i], "plan.ranks[" + std::to_string(i) + "]");
+    RankPlan rp;
+    rp.rank = r.integer("rank");
+    rp.pp_rank = r.integer("pp_rank");
+    rp.ep_rank = r.integer("ep_rank");
+    rp.dp_rank = r.integer("dp_rank");
+    rp.issue = r.int_array("issue");
+    r.done();
+    plan.ranks.push_back(std::move(rp));
+  }
+  top.done();
+  check_plan_structure(plan);
+  return plan;
+}
+
+void save_plan(const std::filesystem::path& path, const Plan& plan) {
+  detail::write_file_atomically(path, plan_to_json(plan));
+}
+
+Plan load_plan(const std::filesystem::path& path) {
+  try {
+    return plan_from_json(detail::read_text_file(path));
+  } catch (const ScheduleError& e) {
+    if (e.code() == ErrorCode::Io) throw;
+    throw ScheduleError(e.code(), std::string(e.what()).substr(std::string("plan: ").size()) +
+                                      " (in '" + path.string() + "')");
+  }
+}
+
+}  // namespace ht::schedule

@@ -1,0 +1,127 @@
+// Cost closed forms recomputed by hand for the tiny model (T = 2 x 32 = 64 tokens, hidden 64,
+// top-k 2, bf16): all-to-all bytes (reference simulators.md section 4), routing skew, flops of
+// dense MLP and experts split into B and W, p2p and all-reduce bytes.
+#include <catch2/catch.hpp>
+
+#include <numeric>
+
+#include "helpers.hpp"
+#include "ht/schedule/costs.hpp"
+#include "ht/schedule/summary.hpp"
+
+using namespace ht::schedule;
+using namespace ht::schedule::test;
+
+namespace {
+const ModelDims kTiny = tiny_model();
+constexpr double kPayload = 64.0 * 2 * 64 * 2;  // tokens * top_k * hidden * bytes = 16384
+}  // namespace
+
+TEST_CASE("balanced dispatch sends payload/ep to every peer, (ep-1)/ep leaves the device",
+          "[schedule][costs]") {
+  CHECK(routed_payload_bytes(kTiny) == kPayload);
+  for (int ep : {2, 4, 8}) {
+    const Plan plan = make_plan("[*E]", parallel(ep, ep, 1), options(true, false));
+    for (const Node& n : plan.nodes) {
+      if (n.slot != Slot::Dispatch && n.slot != Slot::Combine) continue;
+      REQUIRE(n.sends.size() == static_cast<std::size_t>(ep - 1));
+      double total = 0;
+      for (const Transfer& t : n.sends) {
+        CHECK(t.bytes == Approx(kPayload / ep));
+        CHECK(t.peer != n.rank);
+        total += t.bytes;
+      }
+      CHECK(total == Approx(kPayload * (ep - 1) / ep));
+      CHECK(n.mem_bytes == Approx(2 * kPayload * (ep - 1) / ep));
+      CHECK(n.flops == 0);
+    }
+  }
+}
+
+TEST_CASE("skewed routing sends Zipf shares; combine and backward mirror dispatch",
+          "[schedule][costs]") {
+  // s = 1, ep = 2: shares 1 : 1/2 -> 2/3, 1/3.
+  const auto shares = routing_shares(2, 1.0);
+  CHECK(shares[0] == Approx(2.0 / 3));
+  CHECK(shares[1] == Approx(1.0 / 3));
+  CHECK(a2a_bytes(kTiny, 2, 1.0, Slot::Dispatch, Phase::Forward, 0, 1) == Approx(kPayload / 3));
+  CHECK(a2a_bytes(kTiny, 2, 1.0, Slot::Dispatch, Phase::Forward, 1, 0) == Approx(kPayload * 2 / 3));
+  for (int a = 0; a < 4; ++a)
+    for (int b = 0; b < 4; ++b) {
+      if (a == b) continue;
+      const double dispatch_ab = a2a_bytes(kTiny, 4, 0.7, Slot::Dispatch, Phase::Forward, a, b);
+      CHECK(a2a_bytes(kTiny, 4, 0.7, Slot::Combine, Phase::Forward, b, a) == dispatch_ab);
+      CHECK(a2a_bytes(kTiny, 4, 0.7, Slot::Dispatch, Phase::Backward, b, a) == dispatch_ab);
+      CHECK(a2a_bytes(kTiny, 4, 0.7, Slot::Combine, Phase::Backward, a, b) == dispatch_ab);
+    }
+  // Expert load follows the share: rank 0 processes 2 x 64 x 2 x 2/3 copies.
+  CHECK(routed_copies(kTiny, 2, 0, 1.0) == Approx(2 * 64 * 2 * 2.0 / 3));
+  const double sum = routed_copies(kTiny, 4, 0, 0.7) + routed_copies(kTiny, 4, 1, 0.7) +
+                     routed_copies(kTiny, 4, 2, 0.7) + routed_copies(kTiny, 4, 3, 0.7);
+  CHECK(sum == Approx(4 * 64 * 2));
+}
+
+TEST_CASE("dense MLP flops: 6*T*h*ffn GEMM + 3*T*ffn SwiGLU, backward doubles",
+          "[schedule][costs]") {
+  const double gemm = 6.0 * 64 * 64 * 128, other = 3.0 * 64 * 128;
+  const SlotWork w = symbol_work('-', kTiny);
+  CHECK(w.weight_gemm_flops == gemm);
+  CHECK(w.other_flops == other);
+  CHECK(w.weight_bytes == 3.0 * 64 * 128 * 2);
+  CHECK(phase_cost(w, Phase::Forward, false).flops == gemm + other);
+  CHECK(phase_cost(w, Phase::Backward, false).flops == 2 * (gemm + other));
+  CHECK(phase_cost(w, Phase::Backward, true).flops == gemm + 2 * other);
+  CHECK(phase_cost(w, Phase::Weight, true).flops == gemm);
+}
+
+TEST_CASE("expert mlp nodes carry T*top_k copies under balanced routing, split B and W",
+          "[schedule][costs]") {
+  const Plan plan = make_plan("[*E]", parallel(2, 2, 1), options(true, true));
+  const double copies = 64.0 * 2;
+  const double gemm = 6 * copies * 64 * 32, other = 3 * copies * 32;
+  int seen = 0;
+  for (const Node& n : plan.nodes) {
+    if (n.slot != Slot::Mlp) continue;
+    ++seen;
+    const double expected = n.phase == Phase::Forward    ? gemm + other
+                            : n.phase == Phase::Backward ? gemm + 2 * other
+                                                         : gemm;
+    CHECK(n.flops == expected);
+  }
+  CHECK(seen == 2 * 3);
+}
+
+TEST_CASE("attention flops: projections plus the causal score/value term", "[schedule][costs]") {
+  // q = 4*16 = 64, kv = 2*16 = 32; keys = (32+1)/2.
+  const double t = 64, h = 64;
+  const double proj = 2 * t * h * (64 + 64) + 2 * t * 64 * h;
+  const double core = 4 * t * 16.5 * 4 * 16;
+  const SlotWork w = symbol_work('*', kTiny);
+  CHECK(w.weight_gemm_flops == proj);
+  CHECK(w.other_flops == core);
+  // The sliding window caps the keys: window 8 < 16.5.
+  CHECK(symbol_work('W', kTiny).other_flops == 4 * t * 8 * 4 * 16);
+}
+
+TEST_CASE("the gradient all-reduce carries the stage's non-expert parameter bytes",
+          "[schedule][costs]") {
+  const Plan plan = make_plan("[*E][*E]", parallel(2, 2, 1), options(true, false));
+  // embedding 128*64 + output 128*64+64 + 2 x (attention 64*128+64*64+64 + router/norm 64+64*8).
+  const double params = 8192 + 8256 + 2 * (12352 + 576);
+  int seen = 0;
+  for (const Node& n : plan.nodes) {
+    if (n.slot != Slot::GradAllReduce) continue;
+    ++seen;
+    CHECK(n.mem_bytes == params * 2);
+    REQUIRE(n.sends.size() == 1);
+    CHECK(n.sends[0].bytes == 2 * params * 2 / 2);
+  }
+  CHECK(seen == 2);
+}
+
+TEST_CASE("costs are split between stages: pre_process first, post_process last",
+          "[schedule][costs]") {
+  CHECK(phase_cost(embedding_work(kTiny), Phase::Forward, false).flops == 0);
+  const double out = 2.0 * 64 * 64 * 128 + 5.0 * 64 * 128 + 4.0 * 64 * 64;
+  CHECK(phase_cost(output_work(kTiny), Phase::Forward, false).flops == out);
+}

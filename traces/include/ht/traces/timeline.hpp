@@ -3,12 +3,30 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ht::traces {
 
 enum class Role { Compute, Comm, Other };
+
+// Spelling of a role in files and reports ("compute", "comm", "other").
+inline std::string_view to_string(Role role) {
+  switch (role) {
+    case Role::Compute: return "compute";
+    case Role::Comm: return "comm";
+    case Role::Other: return "other";
+  }
+  return "other";
+}
+inline std::optional<Role> role_from_string(std::string_view text) {
+  if (text == "compute") return Role::Compute;
+  if (text == "comm") return Role::Comm;
+  if (text == "other") return Role::Other;
+  return std::nullopt;
+}
 
 struct Span {
   std::string name;
@@ -20,6 +38,7 @@ struct Span {
   Role role = Role::Compute;
   std::map<std::string, std::string> args;  // microbatch, layer, slot, phase, bytes, ...
   double end_s() const { return start_s + duration_s; }
+  bool operator==(const Span&) const = default;
 };
 
 struct StreamInfo {
@@ -27,6 +46,7 @@ struct StreamInfo {
   int stream = 0;
   std::string name;       // "compute", "comm", "stream 7"
   Role role = Role::Compute;
+  bool operator==(const StreamInfo&) const = default;
 };
 
 struct Timeline {
@@ -34,6 +54,8 @@ struct Timeline {
   std::vector<StreamInfo> streams;
   std::vector<Span> spans;
   std::map<std::string, std::string> metadata;  // platform, throttle parameters, config, ...
+  // Exact equality: a timeline written by write_chrome_trace and read back compares equal.
+  bool operator==(const Timeline&) const = default;
 };
 
 }  // namespace ht::traces

@@ -1,0 +1,53 @@
+// Default comm name rules and their matcher; see comm_rules.hpp. The defaults are written from
+// the kernel names these libraries print in profiles (ncclDevKernel_AllToAll..., deep_ep::
+// intranode::dispatch<...>, hybrid_ep::..., "Memcpy PtoP (Device -> Device)", gloo:all_to_all).
+#include "ht/traces/comm_rules.hpp"
+
+#include "ht/traces/error.hpp"
+
+namespace ht::traces {
+
+const std::vector<CommRule>& default_comm_rules() {
+  static const std::vector<CommRule> rules = {
+      {"nccl", R"(nccl|rccl)"},
+      {"deep_ep", R"(deep_?ep)"},
+      {"hybrid_ep", R"(hybrid_?ep)"},
+      {"uccl_ep", R"(uccl_?ep)"},
+      {"pplx", R"(pplx)"},
+      {"nvshmem", R"(nvshmem)"},
+      {"all_to_all", R"(all_?to_?all|alltoall|(^|[^a-z0-9])a2a)"},
+      {"collective", R"(all_?reduce|all_?gather|reduce_?scatter|userbuffers)"},
+      {"p2p_copy", R"(memcpy ?ptop)"},
+      {"torch_distributed", R"(^c10d::|^gloo:|^mpi:)"},
+  };
+  return rules;
+}
+
+namespace {
+std::regex compile(const std::string& pattern) {
+  try {
+    return std::regex(pattern, std::regex::ECMAScript | std::regex::icase | std::regex::optimize);
+  } catch (const std::regex_error& e) {
+    throw TraceError(TraceErrorCode::Argument,
+                     "invalid comm regex '" + pattern + "': " + e.what());
+  }
+}
+}  // namespace
+
+CommClassifier::CommClassifier() {
+  for (const CommRule& rule : default_comm_rules())
+    rules_.push_back({rule.kernel_class, compile(rule.pattern)});
+}
+
+CommClassifier::CommClassifier(const std::string& regex) {
+  if (regex.empty()) throw TraceError(TraceErrorCode::Argument, "comm regex is empty");
+  rules_.push_back({"comm", compile(regex)});
+}
+
+std::optional<std::string> CommClassifier::classify(std::string_view name) const {
+  for (const Compiled& rule : rules_)
+    if (std::regex_search(name.begin(), name.end(), rule.regex)) return rule.kernel_class;
+  return std::nullopt;
+}
+
+}  // namespace ht::traces

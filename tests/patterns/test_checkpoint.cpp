@@ -108,7 +108,7 @@ TEST_CASE("a directly built stack defaults its logical offset to its physical of
         std::vector<std::string>{"decoder.layers.2.mixer.", "decoder.layers.2.self_attention.", "decoder.layers.3.mlp."});
 }
 
-TEST_CASE("the final norm is published as final_layernorm iff the main pattern has '['", "[patterns][checkpoint]") {
+TEST_CASE("the final norm is published as final_layernorm iff the main pattern has a group", "[patterns][checkpoint]") {
   CHECK(final_norm_prefix(parse("M[M*]-")) == "decoder.final_layernorm.");
   CHECK(final_norm_prefix(parse("M*|[*E]")) == "decoder.final_layernorm.");
   CHECK(final_norm_prefix(parse("M*-")) == "decoder.final_norm.");

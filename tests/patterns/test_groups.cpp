@@ -40,26 +40,26 @@ TEST_CASE("a pattern without brackets has no groups even when it has pipes and M
   CHECK_FALSE(parse("M*|-E/*E").has_groups());
 }
 
-TEST_CASE("a '[' without a later ']' is G1 at that '['", "[patterns][groups][G1]") {
+TEST_CASE("an opening bracket that is never closed is G1 at that bracket", "[patterns][groups][G1]") {
   check_parse_rejects("M[M*", {"G1", 1});
   check_parse_rejects("[*-]|[*E", {"G1", 5});
 }
 
-TEST_CASE("a group cannot cross a pipe: '[M|*]' is an unmatched '[' (G1)", "[patterns][groups][G1]") {
+TEST_CASE("a group cannot cross a pipe: '[M|*]' leaves its opening bracket unclosed (G1)", "[patterns][groups][G1]") {
   check_parse_rejects("[M|*]", {"G1", 0});
 }
 
-TEST_CASE("an empty group '[]' is G1 at its '['", "[patterns][groups][G1]") {
+TEST_CASE("an empty group '[]' is G1 at its opening bracket", "[patterns][groups][G1]") {
   check_parse_rejects("M[]", {"G1", 1});
   check_parse_rejects("[]M", {"G1", 0});
 }
 
-TEST_CASE("a nested group is G1 at the inner '['", "[patterns][groups][G1]") {
+TEST_CASE("a nested group is G1 at the inner opening bracket", "[patterns][groups][G1]") {
   check_parse_rejects("M[[M]]", {"G1", 2});
   check_parse_rejects("M[M[*]]", {"G1", 3});
 }
 
-TEST_CASE("a ']' that closes no group is G1 at that ']'", "[patterns][groups][G1]") {
+TEST_CASE("a closing bracket that closes no group is G1 at that bracket", "[patterns][groups][G1]") {
   check_parse_rejects("M]", {"G1", 1});
   check_parse_rejects("[M]]", {"G1", 3});
   check_parse_rejects("M*|]-", {"G1", 3});

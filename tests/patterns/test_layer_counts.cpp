@@ -49,7 +49,7 @@ TEST_CASE("each symbol owns the top-level checkpoint namespaces of reference sec
   }
 }
 
-TEST_CASE("D, +, C, H and W form the MLA family; '*' and G do not", "[patterns][symbols]") {
+TEST_CASE("D, +, C, H and W form the MLA family, but '*' and G do not", "[patterns][symbols]") {
   for (const SymbolInfo& s : symbol_table()) {
     INFO("symbol " << s.symbol);
     CHECK(s.mla_family == (std::string("D+CHW").find(s.symbol) != std::string::npos));

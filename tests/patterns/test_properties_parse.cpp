@@ -76,7 +76,7 @@ TEST_CASE("an 'E' before the end of its group is rejected as G2 at that 'E'", "[
   rc::prop("G2", [] { assert_rejected(*pg::g2_violation()); });
 }
 
-TEST_CASE("a group inside MTP parts is rejected as G3 at its '['", "[patterns][property][G3]") {
+TEST_CASE("a group inside MTP parts is rejected as G3 at its opening bracket", "[patterns][property][G3]") {
   rc::prop("G3", [] { assert_rejected(*pg::g3_violation()); });
 }
 

@@ -74,7 +74,7 @@ TEST_CASE("worked example rejected variant '[**]': namespace collision (G5)", "[
   check_parse_rejects("[**]", {"G5", 2});
 }
 
-TEST_CASE("worked example rejected variant '[*-]|[*E': unmatched '[' (G1)", "[patterns][example53]") {
+TEST_CASE("worked example rejected variant with an unclosed second group (G1)", "[patterns][example53]") {
   check_parse_rejects("[*-]|[*E", {"G1", 5});
 }
 

@@ -125,3 +125,21 @@ TEST_CASE("costs are split between stages: pre_process first, post_process last"
   const double out = 2.0 * 64 * 64 * 128 + 5.0 * 64 * 128 + 4.0 * 64 * 64;
   CHECK(phase_cost(output_work(kTiny), Phase::Forward, false).flops == out);
 }
+
+TEST_CASE("routing skew loads the experts of low EP ranks and shrinks what they send",
+          "[schedule][costs]") {
+  ScheduleOptions o = options(true, false);
+  o.routing_skew = 1.0;
+  const Plan plan = make_plan("[*E]", parallel(2, 2, 1), o);
+  double mlp[2] = {0, 0}, dispatch_out[2] = {0, 0};
+  for (const Node& n : plan.nodes) {
+    if (n.phase != Phase::Forward) continue;
+    if (n.slot == Slot::Mlp) mlp[n.rank] = n.flops;
+    if (n.slot == Slot::Dispatch) dispatch_out[n.rank] = n.sends.at(0).bytes;
+  }
+  // copies: rank 0 gets 2 x 64 x 2 x 2/3, rank 1 gets 2 x 64 x 2 x 1/3.
+  CHECK(mlp[0] == Approx(2 * mlp[1]));
+  CHECK(mlp[0] == Approx(6 * (256.0 * 2 / 3) * 64 * 32 + 3 * (256.0 * 2 / 3) * 32));
+  CHECK(dispatch_out[0] == Approx(kPayload / 3));
+  CHECK(dispatch_out[1] == Approx(kPayload * 2 / 3));
+}

@@ -139,3 +139,25 @@ TEST_CASE("the deferred W of the first layer comes after every other node of its
     }
   }
 }
+
+TEST_CASE("the deadlock finder catches collectives issued in different orders", "[schedule][order]") {
+  Plan plan = make_plan("[*E][*E]", parallel(2, 2, 1), options(true, false));
+  REQUIRE(find_deadlock(plan).empty());
+  // Rank 1 issues its first two all-to-alls the other way round: both ranks wait forever.
+  auto& issue = plan.ranks[1].issue;
+  std::vector<std::size_t> comm;
+  for (std::size_t i = 0; i < issue.size(); ++i)
+    if (plan.node(issue[i]).stream == Stream::Comm) comm.push_back(i);
+  REQUIRE(comm.size() >= 2);
+  std::swap(issue[comm[0]], issue[comm[1]]);
+  CHECK_THAT(find_deadlock(plan), Catch::Contains("can never start"));
+}
+
+TEST_CASE("the deadlock finder catches a dependency on a later node of the same stream",
+          "[schedule][order]") {
+  Plan plan = make_plan("M", parallel(1, 1, 1), options(false, false));
+  const auto& issue = plan.ranks[0].issue;
+  REQUIRE(issue.size() >= 3);
+  plan.nodes[static_cast<std::size_t>(issue[0])].deps.push_back(issue[2]);
+  CHECK_FALSE(find_deadlock(plan).empty());
+}

@@ -38,7 +38,7 @@ TEST_CASE("balanced dispatch sends payload/ep to every peer, (ep-1)/ep leaves th
   }
 }
 
-TEST_CASE("skewed routing sends Zipf shares; combine and backward mirror dispatch",
+TEST_CASE("skewed routing sends Zipf shares, and combine and backward mirror dispatch",
           "[schedule][costs]") {
   // s = 1, ep = 2: shares 1 : 1/2 -> 2/3, 1/3.
   const auto shares = routing_shares(2, 1.0);

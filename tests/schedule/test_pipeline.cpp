@@ -53,6 +53,33 @@ TEST_CASE("interleaved 1F1B steps of pp rank 1 with overlap", "[schedule][pipeli
   CHECK(pipeline_steps(c, 1, true) == expected);
 }
 
+TEST_CASE("plain 1F1B without virtual stages: pp - rank - 1 warm-up forwards",
+          "[schedule][pipeline]") {
+  const ParallelConfig c = parallel(1, 1, 3, 2);
+  using S = PipelineStep;
+  auto f = [](int mb) { return S{ChunkRef{mb, 0}, std::nullopt}; };
+  auto b = [](int mb) { return S{std::nullopt, ChunkRef{mb, 0}}; };
+  CHECK(pipeline_steps(c, 0, false) == std::vector<S>{f(0), f(1), b(0), f(2), b(1), b(2)});
+  CHECK(pipeline_steps(c, 1, false) == std::vector<S>{f(0), b(0), f(1), b(1), f(2), b(2)});
+}
+
+TEST_CASE("the comm stream of an interleaved rank holds p2p and all-to-alls in issue order",
+          "[schedule][pipeline]") {
+  const Plan plan = make_plan("[*E]|M|[*E]|-", parallel(2, 2, 2, 2, 2), options(true, false));
+  for (const RankPlan& rp : plan.ranks) {
+    const auto comm = stream_order(plan, rp.rank, Stream::Comm);
+    const auto compute = stream_order(plan, rp.rank, Stream::Compute);
+    CHECK(comm.size() + compute.size() == rp.issue.size());
+    CHECK(std::is_sorted(comm.begin(), comm.end()));  // ids follow issue order within a rank
+    for (int id : comm) CHECK(plan.node(id).stream == Stream::Comm);
+  }
+  // pp rank 1 holds "M" and "-": no all-to-all at all, only p2p and the all-reduce.
+  for (int id : stream_order(plan, 2, Stream::Comm)) {
+    const Slot s = plan.node(id).slot;
+    CHECK((s == Slot::PipeSend || s == Slot::PipeRecv || s == Slot::GradAllReduce));
+  }
+}
+
 namespace {
 
 // Forward chunks whose every node is issued before the rank's first backward node.

@@ -44,6 +44,20 @@ TEST_CASE("every example pattern file parses", "[patterns][examples]") {
   }
 }
 
+TEST_CASE("every example file says in a comment where its pattern comes from", "[patterns][examples]") {
+  for (const auto& entry : fs::directory_iterator(kExamples)) {
+    if (entry.path().extension() != ".pattern") continue;
+    INFO(entry.path().filename().string());
+    std::ifstream in(entry.path());
+    std::string line, comments;
+    while (std::getline(in, line) && !line.empty() && line[0] == '#') comments += line + "\n";
+    const bool cited = comments.find("Source:") != std::string::npos ||
+                       comments.find("DERIVED") != std::string::npos ||
+                       comments.find("variant of") != std::string::npos;
+    CHECK(cited);
+  }
+}
+
 TEST_CASE("at least six example files are published patterns, not grouped variants", "[patterns][examples]") {
   int published = 0;
   for (const auto& [name, text] : all_examples())

@@ -1,0 +1,175 @@
+// `hybrid-twin train`: trains a hybrid model on byte-level tokens of a real text with the CPU
+// engine (pattern -> HybridModel -> forward/backward -> AdamW), printing the loss of every step
+// on stderr and a summary (or --json) on stdout; optionally writes and resumes checkpoints and
+// imports a GPT checkpoint.
+#include <chrono>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "command.hpp"
+#include "ht/engine/checkpoint.hpp"
+#include "ht/engine/data.hpp"
+#include "ht/engine/model.hpp"
+#include "ht/engine/optimizer.hpp"
+#include "ht/patterns/pattern.hpp"
+
+namespace ht::cli {
+namespace {
+
+namespace he = ht::engine;
+
+struct TrainArgs {
+  std::string pattern;
+  he::ModelConfig cfg;
+  he::AdamWConfig opt;
+  int steps = 60;
+  std::uint64_t seed = 1234;
+  int batch = 8;
+  int seq = 64;
+  std::string data;
+  std::string checkpoint;
+  int checkpoint_every = 0;
+  std::string resume;
+  std::string import_gpt;
+  bool json_out = false;
+  bool quiet = false;
+};
+
+int run(TrainArgs a) {
+  if (a.steps < 0) throw UsageError("--steps must be >= 0");
+  he::AdamWState<float> state;
+  std::int64_t start_step = 0;
+  std::string pattern_text = a.pattern;
+  if (!a.resume.empty()) {
+    const auto manifest = he::read_manifest(a.resume);
+    a.cfg = manifest.config;  // the checkpoint defines the model; dimension flags are ignored
+    a.seed = manifest.seed;
+    if (pattern_text.empty()) pattern_text = manifest.pattern;
+  }
+  if (pattern_text.empty()) pattern_text = "M*-E";  // the small default model
+  const auto parsed = patterns::parse(pattern_text);
+  he::HybridModel<float> model(parsed, a.cfg, a.seed);
+  if (!a.resume.empty()) start_step = he::load_checkpoint(a.resume, model, &state).step;
+  if (!a.import_gpt.empty()) he::import_gpt(a.import_gpt, model);
+  const auto corpus = he::load_corpus(a.data);
+  const std::size_t nparams = model.num_parameters();
+  if (!a.quiet)
+    std::cerr << "train '" << parsed.text << "': " << nparams << " parameters, batch " << a.batch << " x "
+              << a.seq << " bytes of " << corpus.source << " (" << corpus.bytes.size() << " bytes)\n";
+
+  std::vector<double> losses, lm_losses;
+  double seconds = 0;
+  for (int i = 0; i < a.steps; ++i) {
+    const std::int64_t step = start_step + i;
+    const he::Batch batch = he::sample_batch(corpus, a.batch, a.seq, a.seed, step);
+    const auto t0 = std::chrono::steady_clock::now();
+    model.zero_grad();
+    const he::LossBreakdown loss = model.forward(batch);
+    model.backward();
+    auto params = model.parameters();
+    const double gnorm = he::adamw_step(a.opt, state, params);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    seconds += dt;
+    losses.push_back(loss.total);
+    lm_losses.push_back(loss.lm);
+    if (!a.quiet) {
+      double mtp = 0;
+      for (double v : loss.mtp) mtp += v;
+      std::cerr << "step " << std::setw(5) << step + 1 << "  loss " << std::fixed << std::setprecision(4)
+                << loss.total << "  lm " << loss.lm << "  mtp " << mtp << "  aux " << loss.aux << "  z "
+                << loss.z << "  |g| " << std::setprecision(3) << gnorm << "  " << std::setprecision(0)
+                << static_cast<double>(a.batch) * a.seq / dt << " tok/s\n"
+                << std::defaultfloat;
+    }
+    if (!a.checkpoint.empty() && a.checkpoint_every > 0 && (i + 1) % a.checkpoint_every == 0 && i + 1 < a.steps)
+      he::save_checkpoint(a.checkpoint, model, &state, step + 1, a.seed);
+  }
+  const std::int64_t end_step = start_step + a.steps;
+  if (!a.checkpoint.empty()) he::save_checkpoint(a.checkpoint, model, &state, end_step, a.seed);
+  const double tokens_per_s = seconds > 0 ? static_cast<double>(a.steps) * a.batch * a.seq / seconds : 0.0;
+  const double final_loss = losses.empty() ? 0.0 : losses.back();
+
+  if (a.json_out) {
+    nlohmann::json j = {{"pattern", parsed.text},
+                        {"parameters", nparams},
+                        {"start_step", start_step},
+                        {"steps", a.steps},
+                        {"batch", a.batch},
+                        {"seq", a.seq},
+                        {"seed", a.seed},
+                        {"data", corpus.source},
+                        {"losses", losses},
+                        {"lm_losses", lm_losses},
+                        {"final_loss", final_loss},
+                        {"tokens_per_s", tokens_per_s},
+                        {"seconds", seconds},
+                        {"config", he::config_to_json(a.cfg)}};
+    if (!a.checkpoint.empty()) j["checkpoint"] = a.checkpoint;
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << "pattern      " << parsed.text << "\n"
+              << "parameters   " << nparams << "\n"
+              << "data         " << corpus.source << " (" << corpus.bytes.size() << " bytes)\n"
+              << "steps        " << start_step << " -> " << end_step << "\n";
+    if (!losses.empty())
+      std::cout << "loss         " << std::fixed << std::setprecision(4) << losses.front() << " -> " << final_loss
+                << " (lm " << lm_losses.front() << " -> " << lm_losses.back() << ")\n"
+                << "tokens/s     " << std::setprecision(0) << tokens_per_s << "\n";
+    if (!a.checkpoint.empty()) std::cout << "checkpoint   " << a.checkpoint << "\n";
+  }
+  return 0;
+}
+
+const Registration reg{{
+    "train",
+    "Train a hybrid model with the CPU engine on byte-level text (loss per step on stderr)",
+    [](CLI::App& sub) -> std::function<int()> {
+      auto a = std::make_shared<TrainArgs>();
+      auto& c = a->cfg;
+      sub.add_option("--pattern", a->pattern, "hybrid layer pattern, e.g. 'M[*E]-/*E' (default M*-E, or the checkpoint's with --resume)");
+      sub.add_option("--steps", a->steps, "optimizer steps to run")->capture_default_str();
+      sub.add_option("--seed", a->seed, "seed of the init and of the batch order")->capture_default_str();
+      sub.add_option("--lr", a->opt.lr, "AdamW learning rate")->capture_default_str();
+      sub.add_option("--weight-decay", a->opt.weight_decay, "AdamW decoupled weight decay (matrices only)")
+          ->capture_default_str();
+      sub.add_option("--clip", a->opt.clip_norm, "global gradient-norm clip (0 = off)")->capture_default_str();
+      sub.add_option("--batch", a->batch, "sequences per step")->check(CLI::PositiveNumber)->capture_default_str();
+      sub.add_option("--seq", a->seq, "bytes per sequence")->check(CLI::PositiveNumber)->capture_default_str();
+      sub.add_option("--data", a->data, "training text (default: an OS license text, else the built-in text)");
+      sub.add_option("--checkpoint", a->checkpoint, "directory to write the checkpoint to at the end");
+      sub.add_option("--checkpoint-every", a->checkpoint_every, "also write it every N steps")
+          ->check(CLI::NonNegativeNumber);
+      sub.add_option("--resume", a->resume, "continue from this checkpoint directory (its config and seed)");
+      sub.add_option("--import-gpt", a->import_gpt, "initialise attention/MLP layers from a GPT safetensors file");
+      sub.add_flag("--json", a->json_out, "print one JSON object instead of the summary");
+      sub.add_flag("--quiet", a->quiet, "no per-step progress on stderr");
+      const char* g = "Model dimensions";
+      sub.add_option("--hidden", c.hidden, "hidden size")->check(CLI::PositiveNumber)->capture_default_str()->group(g);
+      sub.add_option("--heads", c.num_heads, "attention heads")->check(CLI::PositiveNumber)->capture_default_str()->group(g);
+      sub.add_option("--kv-heads", c.num_kv_heads, "key/value heads (GQA)")->check(CLI::PositiveNumber)->capture_default_str()->group(g);
+      sub.add_option("--head-dim", c.head_dim, "attention head size")->check(CLI::PositiveNumber)->capture_default_str()->group(g);
+      sub.add_option("--window", c.window, "'W' attention window")->check(CLI::PositiveNumber)->capture_default_str()->group(g);
+      sub.add_flag("--rope,!--no-rope", c.rope, "rotary position embedding in attention")->group(g);
+      sub.add_option("--ffn", c.ffn_hidden, "dense MLP width")->check(CLI::PositiveNumber)->capture_default_str()->group(g);
+      sub.add_option("--experts", c.num_experts, "MoE experts")->check(CLI::PositiveNumber)->capture_default_str()->group(g);
+      sub.add_option("--topk", c.moe_topk, "experts per token")->check(CLI::PositiveNumber)->capture_default_str()->group(g);
+      sub.add_option("--moe-ffn", c.moe_ffn_hidden, "expert width")->check(CLI::PositiveNumber)->capture_default_str()->group(g);
+      sub.add_option("--shared-ffn", c.moe_shared_ffn_hidden, "shared expert width (0 = none)")->check(CLI::NonNegativeNumber)->capture_default_str()->group(g);
+      sub.add_option("--aux-coeff", c.moe_aux_loss_coeff, "MoE load-balancing loss coefficient")->capture_default_str()->group(g);
+      sub.add_option("--z-coeff", c.moe_z_loss_coeff, "MoE z-loss coefficient")->capture_default_str()->group(g);
+      sub.add_option("--mamba-heads", c.mamba_num_heads, "Mamba2 heads")->check(CLI::PositiveNumber)->capture_default_str()->group(g);
+      sub.add_option("--mamba-head-dim", c.mamba_head_dim, "Mamba2 head size")->check(CLI::PositiveNumber)->capture_default_str()->group(g);
+      sub.add_option("--mamba-state", c.mamba_state_dim, "Mamba2 state size")->check(CLI::PositiveNumber)->capture_default_str()->group(g);
+      sub.add_option("--gdn-heads", c.gdn_num_heads, "GDN q/k heads")->check(CLI::PositiveNumber)->capture_default_str()->group(g);
+      sub.add_option("--gdn-v-heads", c.gdn_num_v_heads, "GDN value heads")->check(CLI::PositiveNumber)->capture_default_str()->group(g);
+      sub.add_option("--mtp-scale", c.mtp_loss_scaling, "MTP loss scaling factor")->capture_default_str()->group(g);
+      sub.add_option("--init-std", c.init_std, "init standard deviation")->capture_default_str()->group(g);
+      return [a] { return run(*a); };
+    },
+    40}};
+
+}  // namespace
+}  // namespace ht::cli

@@ -19,15 +19,17 @@
 namespace ht::engine::test {
 
 // The numeric derivative is Richardson-extrapolated central differences,
-//   n = (4 D(h/2) - D(h)) / 3,  D(s) = (L(x+s) - L(x-s)) / 2s,  h = 2e-5,
-// whose truncation error is O(h^4): plain central differences (O(h^2)) were not enough near the
-// l2-norm of a nearly-zero q/k head (|q| ~ 2e-3 gives third derivatives ~1e6). Rounding costs
-// ~1e-16 |L| / h ~ 1e-11 absolute. The check is per entry:
-//   |analytic - numeric| / max(|analytic|, |numeric|, floor) < bound,  floor = 1e-4,
-// so entries at or above the floor are held to ~1e-7 by the numerics; bound = 1e-5 keeps a
-// margin and still catches any wrong or missing term (those give O(1e-2..1) relative errors).
+//   n(h) = (4 D(h/2) - D(h)) / 3,  D(s) = (L(x+s) - L(x-s)) / 2s,
+// with truncation error O(h^4) and rounding error ~1e-16 |L| / h. No single h suits every
+// entry: near the l2-norm of an almost-zero GDN q/k head or the RMS of an almost-zero gated
+// Mamba2 group the fifth derivative is huge (wants small h), while a loss of |L| ~ 10 makes the
+// rounding of a small h visible on small entries (wants large h). So each entry is checked at
+// h = 2e-4, 2e-5 and 2e-6 and passes when one of the estimates agrees:
+//   |analytic - n| / max(|analytic|, |n|, floor) < bound,  floor = 1e-4,  bound = 1e-5.
+// A wrong or missing backward term disagrees at every step size by O(1e-2..1) relative, so the
+// extra chances only forgive numerical noise of the difference quotient.
 inline constexpr double kMixerFdBound = 1e-5;
-inline constexpr double kMixerFdStep = 2e-5;
+inline constexpr double kMixerFdSteps[3] = {2e-4, 2e-5, 2e-6};
 inline constexpr double kMixerFdFloor = 1e-4;
 
 inline double richardson_fd_error(Tensor<double>& x, const Tensor<double>& analytic,
@@ -43,8 +45,12 @@ inline double richardson_fd_error(Tensor<double>& x, const Tensor<double>& analy
       x[i] = keep;
       return (lp - lm) / (2 * s);
     };
-    const double d1 = central(kMixerFdStep), d2 = central(kMixerFdStep / 2);
-    worst = std::max(worst, rel_err(analytic[i], (4 * d2 - d1) / 3, kMixerFdFloor));
+    double best = 1e300;
+    for (double h : kMixerFdSteps) {
+      const double n = (4 * central(h / 2) - central(h)) / 3;
+      best = std::min(best, rel_err(analytic[i], n, kMixerFdFloor));
+    }
+    worst = std::max(worst, best);
   }
   return worst;
 }

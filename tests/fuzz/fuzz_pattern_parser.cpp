@@ -2,7 +2,9 @@
 // parse, through pipeline allocation (pp, vpp and stage counts taken from the input), checkpoint
 // naming and the GPT import map. The contract under test: bad input ends in success or a
 // PatternError, nothing else. Any other exception aborts, which libFuzzer reports as a crash;
-// ASan/UBSan catch memory and undefined-behaviour errors on the way.
+// ASan/UBSan catch memory and undefined-behaviour errors on the way. Accepted input must also keep
+// the invariants the properties check: printing round-trips, flatten keeps the physical layers,
+// and the stages of a successful allocation tile the model in order.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -10,6 +12,7 @@
 #include <exception>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "ht/patterns/checkpoint.hpp"
 #include "ht/patterns/pattern.hpp"
@@ -32,6 +35,12 @@ void expect_clean(const char* what, Step&& step) {
     std::fprintf(stderr, "%s threw a non-std exception\n", what);
     std::abort();
   }
+}
+
+void require(bool ok, const char* invariant) {
+  if (ok) return;
+  std::fprintf(stderr, "invariant broken: %s\n", invariant);
+  std::abort();
 }
 
 // The first bytes choose a small pipeline; the rest is the pattern. Values are kept small (and
@@ -74,13 +83,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
 
   expect_clean("to_string/flatten", [&] {
     const ParsedPattern again = parse(to_string(*parsed), ParseOptions{.check_namespaces = !lenient});
-    if (!(again == *parsed)) {
-      std::fprintf(stderr, "round trip changed the pattern\n");
-      std::abort();
-    }
-    (void)flatten(*parsed);
+    require(again == *parsed, "parse(to_string(p)) == p");
+    require(flatten(*parsed).flattened_symbols() == parsed->flattened_symbols(), "flatten keeps the layers");
   });
-  expect_clean("allocate_stages", [&] { (void)allocate_stages(*parsed, knobs.config); });
+  expect_clean("allocate_stages", [&] {
+    const auto stages = allocate_stages(*parsed, knobs.config);
+    int physical = 0, logical = 0;
+    std::vector<Item> items;
+    for (const auto& stage : stages) {
+      require(stage.physical_offset == physical && stage.logical_offset == logical, "stage offsets add up");
+      physical += stage.physical_count();
+      logical += static_cast<int>(stage.items.size());
+      items.insert(items.end(), stage.items.begin(), stage.items.end());
+    }
+    require(items == parsed->items(), "stages tile the model in order");
+  });
   expect_clean("select_stage", [&] { (void)select_stage(*parsed, knobs.config, knobs.pp_rank, knobs.vp_stage); });
   expect_clean("logical_offset_of", [&] { (void)logical_offset_of(*parsed, knobs.physical); });
   expect_clean("counts", [&] {

@@ -1,0 +1,735 @@
+// The executor (see executor.hpp): per-rank models built from the same seed as HybridModel,
+// per-(layer, microbatch) slot state, and the node actions of the plan on CpuWorld streams.
+// Slot contents follow reference section 3.3: pre_dispatch runs the group's pre-layers and, for
+// an 'E' terminal, the pre-MLP norm, router, permutation and shared expert; dispatch and combine
+// are the all-to-alls (combine also unpermutes, adds the shared output and the residual); mlp
+// runs the local experts or the dense '-' block.
+#include "ht/engine/exec/executor.hpp"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <tuple>
+
+#include "ht/engine/error.hpp"
+#include "ht/engine/layers/cross_entropy.hpp"
+#include "ht/engine/layers/embedding.hpp"
+#include "ht/engine/layers/rmsnorm.hpp"
+#include "ht/engine/layers/swiglu.hpp"
+#include "ht/engine/runtime/communicator.hpp"
+#include "ht/engine/runtime/cpu_world.hpp"
+#include "ht/engine/runtime/event_chain.hpp"
+#include "ht/patterns/checkpoint.hpp"
+#include "members.hpp"
+
+namespace ht::engine::exec {
+namespace impl {
+
+using detail::Member;
+using detail::MemberState;
+using detail::MoeLayer;
+using Tf = Tensor<float>;
+using schedule::Phase;
+using schedule::Slot;
+
+[[noreturn]] void fail(const std::string& message) { throw EngineError(ErrorCode::BadConfig, "executor: " + message); }
+
+Tf ones(int n) {
+  Tf t({n});
+  std::fill(t.data.begin(), t.data.end(), 1.0f);
+  return t;
+}
+
+// One physical layer: h_out = h + branch(rmsnorm(h)).
+struct Block {
+  char symbol = 0;
+  int physical = 0;
+  std::string key_prefix, canonical_prefix;
+  Tf norm_w, norm_g;
+  std::unique_ptr<Member> member;  // null for 'E'
+  std::unique_ptr<MoeLayer> moe;   // 'E' only
+};
+
+// Per-microbatch state of one Block.
+struct BlockState {
+  Tf h_in, normed, out, norm_g_staged;
+  RMSNormCache<float> nc;
+  std::unique_ptr<MemberState> ms;
+};
+
+struct LogicalLayer {
+  std::vector<Block> blocks;  // members in order
+  int terminal = -1;          // index of the '-' / 'E' terminal, -1 when none
+  bool moe() const { return terminal >= 0 && blocks[static_cast<std::size_t>(terminal)].symbol == 'E'; }
+  int pre_count() const { return terminal >= 0 ? terminal : static_cast<int>(blocks.size()); }
+};
+
+// Where the rows of (source rank, local expert) sit in the expert-major buffer.
+struct EpLayout {
+  std::vector<std::vector<std::uint64_t>> counts;  // [source][local expert]
+  std::vector<std::vector<std::size_t>> offset;    // [source][local expert] row in expert-major
+  std::vector<std::size_t> expert_start;           // [local expert] first row; back() = rows
+};
+
+struct MoeState {
+  MoeRouting<float> routing;
+  std::vector<float> permuted_in, permuted_out;  // my tokens, global expert-major order
+  std::vector<float> expert_in, expert_out;      // rows my experts process, expert-major
+  std::vector<SwiGLUCache<float>> expert_caches;
+  std::vector<float> shared_out;
+  SwiGLUCache<float> shared_cache;
+  EpLayout layout;
+  MoeParams<float> staged;
+  // backward
+  Tf d_residual;  // parked: gradient the combine node sends to the residual
+  Tf d_shared;    // parked: gradient of the shared-expert output
+  std::vector<float> dperm_out, dw, dexpert_out, dexpert_in, dperm_in;
+};
+
+struct LayerState {
+  std::vector<BlockState> blocks;
+  std::unique_ptr<MoeState> moe;
+};
+
+struct ChunkState {
+  const Batch* batch = nullptr;
+  float weight = 0;  // CE weight per token
+  Tf h, dh;          // the hidden state flowing forward / its gradient flowing backward
+  Tf h_final, logits, lm_weights;
+  RMSNormCache<float> fnc;
+  CrossEntropyCache<float> ce;
+  double loss = 0;
+  std::vector<LayerState> layers;
+};
+
+struct RankModel {
+  Tf wte, wte_g, final_norm, final_norm_g, out_w, out_w_g;
+  std::vector<LogicalLayer> layers;
+};
+
+}  // namespace impl
+using namespace impl;
+
+schedule::ModelDims schedule_dims(const ModelConfig& cfg, int micro_batch, int seq_len) {
+  schedule::ModelDims d;
+  d.hidden = cfg.hidden;
+  d.ffn_hidden = cfg.ffn_hidden;
+  d.num_heads = cfg.num_heads;
+  d.num_kv_heads = cfg.num_kv_heads;
+  d.head_dim = cfg.head_dim;
+  d.mamba_state = cfg.mamba_state_dim;
+  d.mamba_head_dim = cfg.mamba_head_dim;
+  d.mamba_num_heads = cfg.mamba_num_heads;
+  d.mamba_groups = cfg.mamba_num_groups;
+  d.conv_kernel = cfg.mamba_conv_kernel;
+  d.gdn_num_heads = cfg.gdn_num_heads;
+  d.gdn_head_dim = cfg.gdn_head_dim_qk;
+  d.num_experts = cfg.num_experts;
+  d.top_k = cfg.moe_topk;
+  d.moe_ffn_hidden = cfg.moe_ffn_hidden;
+  d.shared_expert_ffn = cfg.moe_shared_ffn_hidden;
+  d.vocab = cfg.vocab_size;
+  d.seq_len = seq_len;
+  d.micro_batch = micro_batch;
+  d.bytes_per_element = 4;  // the engine computes and communicates in float32
+  d.q_lora_rank = std::max(1, cfg.mla_q_lora_rank);
+  d.kv_lora_rank = std::max(1, cfg.mla_kv_lora_rank);
+  d.window = std::max(1, cfg.window);
+  return d;
+}
+
+struct Executor::Impl {
+  patterns::ParsedPattern pattern;
+  ModelConfig cfg;
+  schedule::Plan plan;
+  ExecutorOptions options;
+  int nranks = 1;
+  int local_experts = 0;
+  std::vector<RankModel> models;
+
+  RankModel build_rank(std::uint64_t seed) const {
+    RankModel m;
+    const float std = cfg.init_std;
+    m.wte = Tf({cfg.vocab_size, cfg.hidden});
+    {
+      Rng rng(seed, "embedding");
+      for (auto& v : m.wte.data) v = static_cast<float>(rng.normal()) * std;
+    }
+    m.wte_g = Tf(m.wte.shape);
+    m.out_w = Tf({cfg.vocab_size, cfg.hidden});
+    {
+      Rng rng(seed, "output_layer");
+      for (auto& v : m.out_w.data) v = static_cast<float>(rng.normal()) * std;
+    }
+    m.out_w_g = Tf(m.out_w.shape);
+    m.final_norm = ones(cfg.hidden);
+    m.final_norm_g = Tf({cfg.hidden});
+    const auto keys = patterns::layer_keys(pattern);
+    std::size_t phys = 0;
+    for (const auto& item : pattern.items()) {
+      LogicalLayer layer;
+      for (std::size_t i = 0; i < item.symbols.size(); ++i, ++phys) {
+        const char sym = item.symbols[i];
+        Block b;
+        b.symbol = sym;
+        b.physical = static_cast<int>(phys);
+        b.key_prefix = keys.at(phys).key_prefix;
+        b.canonical_prefix = "layers." + std::to_string(phys) + ".";
+        b.norm_w = ones(cfg.hidden);
+        b.norm_g = Tf({cfg.hidden});
+        Rng rng(seed, b.canonical_prefix);
+        try {
+          if (sym == 'E') {
+            b.moe = std::make_unique<MoeLayer>();
+            moe_init(b.moe->p, cfg, rng);
+            b.moe->g = detail::zeros_like(b.moe->p);
+          } else {
+            b.member = detail::make_member(sym, cfg, rng);
+          }
+        } catch (const std::invalid_argument& e) {
+          throw EngineError(ErrorCode::BadConfig, e.what());
+        }
+        if ((sym == '-' || sym == 'E') && layer.terminal < 0) layer.terminal = static_cast<int>(i);
+        layer.blocks.push_back(std::move(b));
+      }
+      if (layer.terminal >= 0 && layer.terminal + 1 != static_cast<int>(layer.blocks.size()))
+        fail("logical layer '" + item.symbols + "' has its MLP/MoE before the last member (rule O1)");
+      m.layers.push_back(std::move(layer));
+    }
+    return m;
+  }
+
+  // ---- block helpers (same arithmetic as HybridModel's Block) ----
+  void block_forward(Block& b, BlockState& s, Tf& h) const {
+    s.h_in = h;
+    rmsnorm_forward(s.normed, s.nc, s.h_in, b.norm_w, cfg.norm_eps);
+    b.member->forward(s.normed, s.out, *s.ms);
+    for (std::size_t i = 0; i < h.size(); ++i) h[i] += s.out[i];
+  }
+  void block_backward(Block& b, BlockState& s, Tf& dh) const {
+    Tf dnormed(s.normed.shape);
+    b.member->backward(s.normed, dh, dnormed, *s.ms);
+    rmsnorm_backward(dh, s.norm_g_staged, dnormed, s.h_in, b.norm_w, s.nc);
+  }
+  static void flush_norm(Block& b, BlockState& s) {
+    for (std::size_t i = 0; i < b.norm_g.size(); ++i) b.norm_g[i] += s.norm_g_staged[i];
+  }
+
+  LayerState new_layer_state(LogicalLayer& layer) const {
+    LayerState ls;
+    for (auto& b : layer.blocks) {
+      BlockState bs;
+      bs.norm_g_staged = Tf({cfg.hidden});
+      if (b.member) bs.ms = b.member->new_state();
+      ls.blocks.push_back(std::move(bs));
+    }
+    if (layer.moe()) {
+      ls.moe = std::make_unique<MoeState>();
+      ls.moe->staged = detail::zeros_like(layer.blocks.back().moe->p);
+    }
+    return ls;
+  }
+
+  // ---- expert-parallel exchange ----
+  // My permuted rows (global expert-major) -> the rows my local experts process (expert-major,
+  // sources in rank order inside each expert). `layout` is filled on the forward dispatch and
+  // reused by the three later exchanges of the same layer and microbatch.
+  void exchange_to_experts(runtime::Communicator& comm, const MoeRouting<float>& r,
+                           const std::vector<float>& rows, EpLayout& layout, bool fill_layout,
+                           std::vector<float>& expert_major, const char* label) const {
+    const std::size_t c = static_cast<std::size_t>(cfg.hidden);
+    const int n = comm.size();
+    std::vector<std::vector<float>> send(static_cast<std::size_t>(n));
+    for (int p = 0; p < n; ++p) {
+      const auto lo = static_cast<std::size_t>(r.expert_offset[static_cast<std::size_t>(p * local_experts)]);
+      const auto hi = static_cast<std::size_t>(r.expert_offset[static_cast<std::size_t>((p + 1) * local_experts)]);
+      send[static_cast<std::size_t>(p)].assign(rows.begin() + static_cast<long>(lo * c),
+                                               rows.begin() + static_cast<long>(hi * c));
+    }
+    if (fill_layout) {
+      std::vector<std::vector<std::uint64_t>> cnt(static_cast<std::size_t>(n));
+      for (int p = 0; p < n; ++p)
+        for (int le = 0; le < local_experts; ++le)
+          cnt[static_cast<std::size_t>(p)].push_back(
+              static_cast<std::uint64_t>(r.tokens_per_expert[static_cast<std::size_t>(p * local_experts + le)]));
+      layout.counts = comm.all_to_all_v(cnt, "dispatch counts");
+      layout.offset.assign(static_cast<std::size_t>(n), std::vector<std::size_t>(static_cast<std::size_t>(local_experts)));
+      layout.expert_start.assign(static_cast<std::size_t>(local_experts) + 1, 0);
+      std::size_t row = 0;
+      for (int le = 0; le < local_experts; ++le) {
+        layout.expert_start[static_cast<std::size_t>(le)] = row;
+        for (int s = 0; s < n; ++s) {
+          layout.offset[static_cast<std::size_t>(s)][static_cast<std::size_t>(le)] = row;
+          row += layout.counts[static_cast<std::size_t>(s)][static_cast<std::size_t>(le)];
+        }
+      }
+      layout.expert_start.back() = row;
+    }
+    auto recv = comm.all_to_all_v(send, label);
+    expert_major.assign(layout.expert_start.back() * c, 0.0f);
+    for (int s = 0; s < n; ++s) {
+      std::size_t src = 0;
+      for (int le = 0; le < local_experts; ++le) {
+        const std::size_t cnt = layout.counts[static_cast<std::size_t>(s)][static_cast<std::size_t>(le)];
+        const std::size_t dst = layout.offset[static_cast<std::size_t>(s)][static_cast<std::size_t>(le)];
+        if (src + cnt > recv[static_cast<std::size_t>(s)].size() / c) fail("all-to-all delivered fewer rows than announced");
+        std::copy_n(recv[static_cast<std::size_t>(s)].begin() + static_cast<long>(src * c), cnt * c,
+                    expert_major.begin() + static_cast<long>(dst * c));
+        src += cnt;
+      }
+    }
+  }
+
+  // The inverse: expert-major rows back to the ranks whose tokens they are, in their permuted order.
+  void exchange_to_tokens(runtime::Communicator& comm, const EpLayout& layout, const std::vector<float>& expert_major,
+                          std::vector<float>& rows, std::size_t my_rows, const char* label) const {
+    const std::size_t c = static_cast<std::size_t>(cfg.hidden);
+    const int n = comm.size();
+    std::vector<std::vector<float>> send(static_cast<std::size_t>(n));
+    for (int s = 0; s < n; ++s)
+      for (int le = 0; le < local_experts; ++le) {
+        const std::size_t cnt = layout.counts[static_cast<std::size_t>(s)][static_cast<std::size_t>(le)];
+        const std::size_t off = layout.offset[static_cast<std::size_t>(s)][static_cast<std::size_t>(le)];
+        auto& out = send[static_cast<std::size_t>(s)];
+        out.insert(out.end(), expert_major.begin() + static_cast<long>(off * c),
+                   expert_major.begin() + static_cast<long>((off + cnt) * c));
+      }
+    auto recv = comm.all_to_all_v(send, label);
+    rows.clear();
+    rows.reserve(my_rows * c);
+    for (auto& part : recv) rows.insert(rows.end(), part.begin(), part.end());
+    if (rows.size() != my_rows * c) fail("all-to-all returned a different number of rows than were sent");
+  }
+
+  // ---- node actions ----
+  void pre_process_forward(RankModel& m, ChunkState& cs) const {
+    embedding_forward(cs.h, cs.batch->tokens, m.wte);
+  }
+  void pre_process_backward(RankModel& m, ChunkState& cs) const {
+    embedding_backward(m.wte_g, cs.dh, cs.batch->tokens);
+  }
+
+  void pre_dispatch_forward(LogicalLayer& layer, LayerState& ls, ChunkState& cs) const {
+    for (int i = 0; i < layer.pre_count(); ++i)
+      block_forward(layer.blocks[static_cast<std::size_t>(i)], ls.blocks[static_cast<std::size_t>(i)], cs.h);
+    if (!layer.moe()) return;
+    Block& b = layer.blocks.back();
+    BlockState& bs = ls.blocks.back();
+    MoeState& st = *ls.moe;
+    bs.h_in = cs.h;  // parked residual
+    rmsnorm_forward(bs.normed, bs.nc, bs.h_in, b.norm_w, cfg.norm_eps);
+    const int n = static_cast<int>(bs.normed.size() / static_cast<std::size_t>(cfg.hidden));
+    moe_route_permute<float>(cfg, b.moe->p, bs.normed.ptr(), n, 1.0f, st.routing, st.permuted_in);
+    if (b.moe->p.has_shared) {
+      st.shared_out.assign(bs.normed.size(), 0.0f);
+      swiglu_forward<float>(st.shared_out.data(), st.shared_cache, bs.normed.ptr(), n, b.moe->p.shared);
+    }
+  }
+
+  void mlp_forward_slot(LogicalLayer& layer, LayerState& ls, ChunkState& cs, int rank) const {
+    if (layer.terminal < 0) return;
+    Block& b = layer.blocks.back();
+    if (!layer.moe()) {
+      block_forward(b, ls.blocks.back(), cs.h);
+      return;
+    }
+    MoeState& st = *ls.moe;
+    const int c = cfg.hidden;
+    st.expert_out.assign(st.expert_in.size(), 0.0f);
+    st.expert_caches.resize(static_cast<std::size_t>(local_experts));
+    for (int le = 0; le < local_experts; ++le) {
+      const std::size_t lo = st.layout.expert_start[static_cast<std::size_t>(le)];
+      const std::size_t hi = st.layout.expert_start[static_cast<std::size_t>(le) + 1];
+      swiglu_forward<float>(st.expert_out.data() + lo * static_cast<std::size_t>(c), st.expert_caches[static_cast<std::size_t>(le)],
+                            st.expert_in.data() + lo * static_cast<std::size_t>(c), static_cast<int>(hi - lo),
+                            b.moe->p.experts[static_cast<std::size_t>(rank * local_experts + le)]);
+    }
+  }
+
+  void combine_forward_local(LogicalLayer& layer, LayerState& ls, ChunkState& cs) const {
+    Block& b = layer.blocks.back();
+    BlockState& bs = ls.blocks.back();
+    MoeState& st = *ls.moe;
+    bs.out = Tf(bs.h_in.shape);
+    moe_unpermute_combine<float>(st.routing, st.permuted_out, bs.out.ptr(), cfg.hidden);
+    if (b.moe->p.has_shared)
+      for (std::size_t i = 0; i < bs.out.size(); ++i) bs.out[i] += st.shared_out[i];
+    cs.h = bs.h_in;
+    for (std::size_t i = 0; i < cs.h.size(); ++i) cs.h[i] += bs.out[i];
+  }
+
+  void post_process_forward(RankModel& m, ChunkState& cs) const {
+    rmsnorm_forward(cs.h_final, cs.fnc, cs.h, m.final_norm, cfg.norm_eps);
+    output_forward(cs.logits, cs.h_final, m.out_w);
+    cs.lm_weights = Tf(cs.batch->targets.shape);
+    std::fill(cs.lm_weights.data.begin(), cs.lm_weights.data.end(), cs.weight);
+    cs.loss += static_cast<double>(cross_entropy_forward(cs.ce, cs.logits, cs.batch->targets, cs.lm_weights));
+  }
+  void post_process_backward(RankModel& m, ChunkState& cs) const {
+    Tf dlogits(cs.logits.shape);
+    cross_entropy_backward(dlogits, cs.logits, cs.batch->targets, cs.lm_weights, cs.ce, 1.0f);
+    Tf dhf(cs.h_final.shape);
+    output_backward(dhf, m.out_w_g, dlogits, cs.h_final, m.out_w);
+    cs.dh = Tf(cs.h.shape);
+    rmsnorm_backward(cs.dh, m.final_norm_g, dhf, cs.h, m.final_norm, cs.fnc);
+  }
+
+  void combine_backward_local(LogicalLayer& layer, LayerState& ls, ChunkState& cs) const {
+    MoeState& st = *ls.moe;
+    const int c = cfg.hidden;
+    // forward: h_out = residual + routed + shared; the residual and the shared output were
+    // parked by pre_dispatch, so each gets its gradient here and is merged there.
+    st.d_residual = cs.dh;
+    if (options.test_drop_residual_grad) st.d_residual.zero();
+    st.d_shared = cs.dh;
+    st.dperm_out.assign(st.permuted_out.size(), 0.0f);
+    st.dw.assign(static_cast<std::size_t>(st.routing.n) * static_cast<std::size_t>(st.routing.k), 0.0f);
+    moe_combine_backward<float>(st.routing, st.permuted_out, cs.dh.ptr(), c, st.dperm_out, st.dw);
+    (void)layer;
+  }
+
+  void mlp_backward_slot(LogicalLayer& layer, LayerState& ls, ChunkState& cs, int rank) const {
+    if (layer.terminal < 0) return;
+    Block& b = layer.blocks.back();
+    if (!layer.moe()) {
+      block_backward(b, ls.blocks.back(), cs.dh);
+      return;
+    }
+    MoeState& st = *ls.moe;
+    const std::size_t c = static_cast<std::size_t>(cfg.hidden);
+    st.dexpert_in.assign(st.expert_in.size(), 0.0f);
+    for (int le = 0; le < local_experts; ++le) {
+      const std::size_t lo = st.layout.expert_start[static_cast<std::size_t>(le)];
+      const std::size_t hi = st.layout.expert_start[static_cast<std::size_t>(le) + 1];
+      const auto e = static_cast<std::size_t>(rank * local_experts + le);
+      swiglu_backward<float>(st.dexpert_in.data() + lo * c, st.staged.experts[e], st.dexpert_out.data() + lo * c,
+                             st.expert_in.data() + lo * c, static_cast<int>(hi - lo), b.moe->p.experts[e],
+                             st.expert_caches[static_cast<std::size_t>(le)]);
+    }
+  }
+
+  void pre_dispatch_backward(LogicalLayer& layer, LayerState& ls, ChunkState& cs) const {
+    if (layer.moe()) {
+      Block& b = layer.blocks.back();
+      BlockState& bs = ls.blocks.back();
+      MoeState& st = *ls.moe;
+      const int n = st.routing.n;
+      // Same order as moe_backward: shared expert, then unpermute + router, into d(normed).
+      Tf dnormed(bs.normed.shape);
+      if (b.moe->p.has_shared)
+        swiglu_backward<float>(dnormed.ptr(), st.staged.shared, st.d_shared.ptr(), bs.normed.ptr(), n,
+                               b.moe->p.shared, st.shared_cache);
+      moe_route_permute_backward<float>(cfg, b.moe->p, bs.normed.ptr(), st.routing, 1.0f, st.dperm_in, st.dw,
+                                        dnormed.ptr(), st.staged);
+      cs.dh = st.d_residual;  // the merged gradient of the parked residual...
+      rmsnorm_backward(cs.dh, bs.norm_g_staged, dnormed, bs.h_in, b.norm_w, bs.nc);  // ...plus the norm path
+    }
+    for (int i = layer.pre_count() - 1; i >= 0; --i)
+      block_backward(layer.blocks[static_cast<std::size_t>(i)], ls.blocks[static_cast<std::size_t>(i)], cs.dh);
+  }
+
+  // Weight-gradient steps: staged gradients into the parameters' gradients.
+  void pre_dispatch_weight(LogicalLayer& layer, LayerState& ls) const {
+    for (int i = 0; i < layer.pre_count(); ++i) {
+      Block& b = layer.blocks[static_cast<std::size_t>(i)];
+      BlockState& bs = ls.blocks[static_cast<std::size_t>(i)];
+      flush_norm(b, bs);
+      b.member->flush(*bs.ms);
+    }
+    if (layer.moe()) {
+      Block& b = layer.blocks.back();
+      flush_norm(b, ls.blocks.back());
+      add_tensor(b.moe->g.router, ls.moe->staged.router);
+      if (b.moe->p.has_shared) {
+        add_tensor(b.moe->g.shared.fc1, ls.moe->staged.shared.fc1);
+        add_tensor(b.moe->g.shared.fc2, ls.moe->staged.shared.fc2);
+      }
+    }
+  }
+  void mlp_weight(LogicalLayer& layer, LayerState& ls, int rank) const {
+    if (layer.terminal < 0) return;
+    Block& b = layer.blocks.back();
+    if (!layer.moe()) {
+      flush_norm(b, ls.blocks.back());
+      b.member->flush(*ls.blocks.back().ms);
+      return;
+    }
+    for (int le = 0; le < local_experts; ++le) {
+      const auto e = static_cast<std::size_t>(rank * local_experts + le);
+      add_tensor(b.moe->g.experts[e].fc1, ls.moe->staged.experts[e].fc1);
+      add_tensor(b.moe->g.experts[e].fc2, ls.moe->staged.experts[e].fc2);
+    }
+  }
+  static void add_tensor(Tf& dst, const Tf& src) {
+    for (std::size_t i = 0; i < dst.size(); ++i) dst[i] += src[i];
+  }
+};
+
+namespace {
+
+// The ordered list of (value, grad, canonical, key, expert index or -1) of one rank.
+struct ParamEntry {
+  std::string key, canonical;
+  Tf* value;
+  Tf* grad;
+  int expert = -1;
+};
+
+std::vector<ParamEntry> list_params(RankModel& m) {
+  std::vector<ParamEntry> out;
+  out.push_back({"embedding.word_embeddings.weight", "embedding.word_embeddings.weight", &m.wte, &m.wte_g});
+  for (auto& layer : m.layers)
+    for (auto& b : layer.blocks) {
+      const std::string norm = prenorm_name(b.symbol);
+      out.push_back({b.key_prefix + norm, b.canonical_prefix + norm, &b.norm_w, &b.norm_g});
+      auto add = [&](const std::string& name, Tf& v, Tf& g) {
+        int expert = -1;
+        const std::string tag = "mlp.experts.local_experts.";
+        if (name.rfind(tag, 0) == 0) expert = std::stoi(name.substr(tag.size()));
+        out.push_back({b.key_prefix + name, b.canonical_prefix + name, &v, &g, expert});
+      };
+      if (b.member) b.member->for_each_param(add);
+      if (b.moe) b.moe->for_each_param(add);
+    }
+  return out;
+}
+
+}  // namespace
+
+Executor::Executor(const patterns::ParsedPattern& pattern, const ModelConfig& cfg, std::uint64_t seed,
+                   schedule::Plan plan, ExecutorOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  auto& im = *impl_;
+  if (auto msg = unsupported_symbols(pattern); !msg.empty()) throw EngineError(ErrorCode::Unsupported, msg);
+  if (pattern.mtp_depths > 0) fail("MTP depths are not run by the executor yet; use 'train' without --ep");
+  if (plan.pp != 1) fail("pipeline parallelism (pp " + std::to_string(plan.pp) + ") is not run by the executor yet");
+  if (plan.dp != plan.ep)
+    fail("the executor runs DP = EP (every rank holds a shard of the experts); got dp " + std::to_string(plan.dp) +
+         ", ep " + std::to_string(plan.ep));
+  if (plan.global_ranks() != plan.dp) fail("plan has " + std::to_string(plan.global_ranks()) + " ranks for dp " + std::to_string(plan.dp));
+  if (patterns::flatten(patterns::parse(plan.pattern)).flattened_symbols() != pattern.flattened_symbols() ||
+      patterns::parse(plan.pattern).logical_count() != pattern.logical_count())
+    fail("plan was built for pattern '" + plan.pattern + "', not '" + pattern.text + "'");
+  const bool has_moe = pattern.flattened_symbols().find('E') != std::string::npos;
+  if (has_moe && cfg.num_experts % plan.ep != 0)
+    fail(std::to_string(cfg.num_experts) + " experts do not divide over EP " + std::to_string(plan.ep));
+  options.link.validate();
+  im.pattern = pattern;
+  im.cfg = cfg;
+  im.plan = std::move(plan);
+  im.options = options;
+  im.nranks = im.plan.global_ranks();
+  im.local_experts = has_moe ? cfg.num_experts / im.plan.ep : 0;
+  for (int r = 0; r < im.nranks; ++r) im.models.push_back(im.build_rank(seed));
+}
+
+Executor::~Executor() = default;
+Executor::Executor(Executor&&) noexcept = default;
+Executor& Executor::operator=(Executor&&) noexcept = default;
+
+int Executor::ranks() const { return impl_->nranks; }
+const schedule::Plan& Executor::plan() const { return impl_->plan; }
+
+std::vector<ParamRef<float>> Executor::parameters(int rank) {
+  std::vector<ParamRef<float>> out;
+  for (auto& e : list_params(impl_->models.at(static_cast<std::size_t>(rank))))
+    out.push_back({e.key, e.canonical, e.value, e.grad});
+  out.push_back({patterns::final_norm_prefix(impl_->pattern) + "weight", "decoder.final_norm.weight",
+                 &impl_->models[static_cast<std::size_t>(rank)].final_norm,
+                 &impl_->models[static_cast<std::size_t>(rank)].final_norm_g});
+  out.push_back({"output_layer.weight", "output_layer.weight", &impl_->models[static_cast<std::size_t>(rank)].out_w,
+                 &impl_->models[static_cast<std::size_t>(rank)].out_w_g});
+  return out;
+}
+
+bool Executor::owns(int rank, const std::string& canonical) const {
+  const std::string tag = "mlp.experts.local_experts.";
+  auto pos = canonical.find(tag);
+  if (pos == std::string::npos || impl_->local_experts == 0) return true;
+  return std::stoi(canonical.substr(pos + tag.size())) / impl_->local_experts == rank;
+}
+
+void Executor::zero_grad() {
+  for (int r = 0; r < impl_->nranks; ++r)
+    for (auto& p : parameters(r)) p.grad->zero();
+}
+
+StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
+  auto& im = *impl_;
+  const int mbs = im.plan.microbatches;
+  if (static_cast<int>(batches.size()) != im.nranks)
+    throw EngineError(ErrorCode::BadInput, "executor: need batches for " + std::to_string(im.nranks) + " ranks");
+  double tokens = 0;
+  for (const auto& rb : batches) {
+    if (static_cast<int>(rb.size()) != mbs)
+      throw EngineError(ErrorCode::BadInput, "executor: need " + std::to_string(mbs) + " microbatches per rank");
+    for (const auto& b : rb) {
+      if (b.tokens.rank() != 2 || b.tokens.shape != b.targets.shape)
+        throw EngineError(ErrorCode::BadInput, "batch tokens and targets must both be (B, T)");
+      for (int id : b.tokens.data)
+        if (id < 0 || id >= im.cfg.vocab_size) throw EngineError(ErrorCode::BadInput, "token id outside the vocabulary");
+      for (int id : b.targets.data)
+        if (id < 0 || id >= im.cfg.vocab_size) throw EngineError(ErrorCode::BadInput, "target id outside the vocabulary");
+      tokens += static_cast<double>(b.tokens.size());
+    }
+  }
+  const float weight = static_cast<float>(1.0 / tokens);
+
+  runtime::CpuWorldOptions wo;
+  wo.ranks = im.nranks;
+  wo.link = im.options.link;
+  runtime::CpuWorld world(wo);
+  std::vector<int> members(static_cast<std::size_t>(im.nranks));
+  for (int r = 0; r < im.nranks; ++r) members[static_cast<std::size_t>(r)] = r;
+  auto comms = world.transport().create_group("ep", members);
+
+  // chunks[rank][microbatch]
+  std::vector<std::vector<ChunkState>> chunks(static_cast<std::size_t>(im.nranks));
+  for (int r = 0; r < im.nranks; ++r) {
+    auto& rc = chunks[static_cast<std::size_t>(r)];
+    rc.resize(static_cast<std::size_t>(mbs));
+    for (int mb = 0; mb < mbs; ++mb) {
+      auto& cs = rc[static_cast<std::size_t>(mb)];
+      cs.batch = &batches[static_cast<std::size_t>(r)][static_cast<std::size_t>(mb)];
+      cs.weight = weight;
+      for (auto& layer : im.models[static_cast<std::size_t>(r)].layers) cs.layers.push_back(im.new_layer_state(layer));
+    }
+  }
+  // A slot whose weight gradients the plan does not delay (no W node: e.g. a lone 'E', whose
+  // router and norm gradients Megatron computes in the backward itself) adds its staged
+  // gradients right after its backward.
+  std::set<std::tuple<int, int, int, Slot>> has_w;  // (rank, microbatch, layer, slot)
+  for (const auto& n : im.plan.nodes)
+    if (n.phase == Phase::Weight) has_w.insert({n.rank, n.microbatch, n.layer, n.slot});
+
+  world.run([&](runtime::RankContext& ctx) {
+    const int r = ctx.rank;
+    RankModel& m = im.models[static_cast<std::size_t>(r)];
+    runtime::Communicator& comm = *comms[static_cast<std::size_t>(r)];
+    runtime::EventChains chains([&ctx] { return ctx.make_event(); });
+    const auto& rp = im.plan.ranks.at(static_cast<std::size_t>(r));
+    for (int id : rp.issue) {
+      const schedule::Node& node = im.plan.node(id);
+      runtime::Stream& stream = ctx.stream(node.stream == schedule::Stream::Comm ? runtime::kCommStream : runtime::kComputeStream);
+      runtime::WorkLabel label{node.label(), std::string(schedule::to_string(node.slot)),
+                               {{"microbatch", std::to_string(node.microbatch)},
+                                {"layer", std::to_string(node.layer)},
+                                {"phase", std::string(schedule::to_string(node.phase))},
+                                {"node", std::to_string(node.id)}}};
+      if (node.slot == Slot::GradAllReduce) {
+        if (node.symbols == "expert") throw EngineError(ErrorCode::BadConfig, "executor: expert all-reduce (dp > ep) not supported");
+        chains.wait_all(stream);
+        stream.enqueue([&im, &m, &comm] {
+          std::vector<float> buf;
+          auto params = list_params(m);
+          for (auto& p : params)
+            if (p.expert < 0) buf.insert(buf.end(), p.grad->data.begin(), p.grad->data.end());
+          for (Tf* t : {&m.final_norm_g, &m.out_w_g}) buf.insert(buf.end(), t->data.begin(), t->data.end());
+          comm.all_reduce_sum(buf.data(), buf.size(), "gradient all-reduce");
+          std::size_t at = 0;
+          for (auto& p : params)
+            if (p.expert < 0) {
+              std::copy_n(buf.begin() + static_cast<long>(at), p.grad->size(), p.grad->data.begin());
+              at += p.grad->size();
+            }
+          for (Tf* t : {&m.final_norm_g, &m.out_w_g}) {
+            std::copy_n(buf.begin() + static_cast<long>(at), t->size(), t->data.begin());
+            at += t->size();
+          }
+          (void)im;
+        }, label);
+        continue;
+      }
+      ChunkState& cs = chunks[static_cast<std::size_t>(r)].at(static_cast<std::size_t>(node.microbatch));
+      LogicalLayer* layer = node.layer >= 0 ? &m.layers.at(static_cast<std::size_t>(node.layer)) : nullptr;
+      LayerState* ls = node.layer >= 0 ? &cs.layers.at(static_cast<std::size_t>(node.layer)) : nullptr;
+      if ((node.slot == Slot::Dispatch || node.slot == Slot::Combine) && (!layer || !layer->moe()))
+        throw EngineError(ErrorCode::BadConfig, "executor: node " + node.label() + " is a comm node of a dense layer");
+      if (node.layer < 0 && node.slot != Slot::PreProcess && node.slot != Slot::PostProcess)
+        throw EngineError(ErrorCode::BadConfig, "executor: node " + node.label() + " names no layer");
+      runtime::Work work;
+      switch (node.slot) {
+        case Slot::PreProcess:
+          if (node.phase == Phase::Forward) work = [&im, &m, &cs] { im.pre_process_forward(m, cs); };
+          else work = [&im, &m, &cs] { im.pre_process_backward(m, cs); };
+          break;
+        case Slot::PostProcess:
+          if (node.phase == Phase::Forward) work = [&im, &m, &cs] { im.post_process_forward(m, cs); };
+          else work = [&im, &m, &cs] { im.post_process_backward(m, cs); };
+          break;
+        case Slot::PreDispatch:
+          if (node.phase == Phase::Forward) work = [&im, layer, ls, &cs] { im.pre_dispatch_forward(*layer, *ls, cs); };
+          else if (node.phase == Phase::Backward)
+            work = [&im, layer, ls, &cs, delayed = has_w.count({r, node.microbatch, node.layer, node.slot}) > 0] {
+              im.pre_dispatch_backward(*layer, *ls, cs);
+              if (!delayed) im.pre_dispatch_weight(*layer, *ls);
+            };
+          else work = [&im, layer, ls] { im.pre_dispatch_weight(*layer, *ls); };
+          break;
+        case Slot::Mlp:
+          if (node.phase == Phase::Forward) work = [&im, layer, ls, &cs, r] { im.mlp_forward_slot(*layer, *ls, cs, r); };
+          else if (node.phase == Phase::Backward)
+            work = [&im, layer, ls, &cs, r, delayed = has_w.count({r, node.microbatch, node.layer, node.slot}) > 0] {
+              im.mlp_backward_slot(*layer, *ls, cs, r);
+              if (!delayed) im.mlp_weight(*layer, *ls, r);
+            };
+          else work = [&im, layer, ls, r] { im.mlp_weight(*layer, *ls, r); };
+          break;
+        case Slot::Dispatch:
+          if (node.phase == Phase::Forward)
+            work = [&im, ls, &comm] {
+              MoeState& st = *ls->moe;
+              im.exchange_to_experts(comm, st.routing, st.permuted_in, st.layout, true, st.expert_in, "dispatch");
+            };
+          else if (node.phase == Phase::Backward)
+            work = [&im, ls, &comm] {
+              MoeState& st = *ls->moe;
+              im.exchange_to_tokens(comm, st.layout, st.dexpert_in, st.dperm_in, st.permuted_in.size() / static_cast<std::size_t>(im.cfg.hidden),
+                                    "dispatch backward");
+            };
+          break;
+        case Slot::Combine:
+          if (node.phase == Phase::Forward)
+            work = [&im, layer, ls, &cs, &comm] {
+              MoeState& st = *ls->moe;
+              im.exchange_to_tokens(comm, st.layout, st.expert_out, st.permuted_out,
+                                    st.permuted_in.size() / static_cast<std::size_t>(im.cfg.hidden), "combine");
+              im.combine_forward_local(*layer, *ls, cs);
+            };
+          else if (node.phase == Phase::Backward)
+            work = [&im, layer, ls, &cs, &comm] {
+              im.combine_backward_local(*layer, *ls, cs);
+              MoeState& st = *ls->moe;
+              im.exchange_to_experts(comm, st.routing, st.dperm_out, st.layout, false, st.dexpert_out, "combine backward");
+            };
+          break;
+        default:
+          throw EngineError(ErrorCode::BadConfig, std::string("executor: slot ") + std::string(schedule::to_string(node.slot)) +
+                                                      " is not supported yet");
+      }
+      if (!work) throw EngineError(ErrorCode::BadConfig, "executor: node " + node.label() + " has no action");
+      chains.issue(runtime::ChainKey{node.microbatch, node.vp_stage}, stream, std::move(work), std::move(label));
+    }
+  });
+
+  StepResult result;
+  result.loss.assign(static_cast<std::size_t>(im.nranks), std::vector<double>(static_cast<std::size_t>(mbs), 0.0));
+  for (int r = 0; r < im.nranks; ++r)
+    for (int mb = 0; mb < mbs; ++mb) {
+      auto& cs = chunks[static_cast<std::size_t>(r)][static_cast<std::size_t>(mb)];
+      double aux = 0;
+      for (auto& ls : cs.layers)
+        if (ls.moe) aux += static_cast<double>(ls.moe->routing.aux_loss) + static_cast<double>(ls.moe->routing.z_loss);
+      result.loss[static_cast<std::size_t>(r)][static_cast<std::size_t>(mb)] = cs.loss + aux;
+      result.total += cs.loss + aux;
+    }
+  result.timeline = world.timeline();
+  result.timeline.source = "engine";
+  result.timeline.metadata["schedule"] = im.plan.schedule;
+  result.timeline.metadata["pattern"] = im.plan.pattern;
+  return result;
+}
+
+}  // namespace ht::engine::exec

@@ -18,6 +18,8 @@
 #include "ht/engine/layers/embedding.hpp"
 #include "ht/engine/layers/rmsnorm.hpp"
 #include "ht/engine/layers/swiglu.hpp"
+#include "ht/engine/safetensors.hpp"
+#include <cmath>
 #include "ht/engine/runtime/communicator.hpp"
 #include "ht/engine/runtime/cpu_world.hpp"
 #include "ht/engine/runtime/event_chain.hpp"
@@ -148,6 +150,7 @@ struct Executor::Impl {
   int nranks = 1;
   int local_experts = 0;
   std::vector<RankModel> models;
+  std::vector<AdamWState<float>> adam;  // per rank
 
   RankModel build_rank(std::uint64_t seed) const {
     RankModel m;
@@ -448,6 +451,7 @@ struct Executor::Impl {
       }
     }
   }
+  static std::vector<ParamRef<float>> owned(Executor& ex, int rank);
   void mlp_weight(LogicalLayer& layer, LayerState& ls, int rank) const {
     if (layer.terminal < 0) return;
     Block& b = layer.blocks.back();
@@ -523,6 +527,98 @@ Executor::Executor(const patterns::ParsedPattern& pattern, const ModelConfig& cf
   im.nranks = im.plan.global_ranks();
   im.local_experts = has_moe ? cfg.num_experts / im.plan.ep : 0;
   for (int r = 0; r < im.nranks; ++r) im.models.push_back(im.build_rank(seed));
+  im.adam.resize(static_cast<std::size_t>(im.nranks));
+}
+
+std::vector<ParamRef<float>> Executor::Impl::owned(Executor& ex, int rank) {
+  std::vector<ParamRef<float>> out;
+  for (auto& p : ex.parameters(rank))
+    if (ex.owns(rank, p.canonical)) out.push_back(p);
+  return out;
+}
+
+double Executor::optimizer_step(const AdamWConfig& cfg) {
+  auto& im = *impl_;
+  double ss = 0;
+  for (int r = 0; r < im.nranks; ++r)
+    for (auto& p : Impl::owned(*this, r)) {
+      const bool expert = p.canonical.find("local_experts") != std::string::npos;
+      if (!expert && r != 0) continue;  // identical on every rank: count once
+      for (float g : p.grad->data) ss += static_cast<double>(g) * static_cast<double>(g);
+    }
+  const double norm = std::sqrt(ss);
+  const float clip = (cfg.clip_norm > 0 && norm > cfg.clip_norm) ? static_cast<float>(cfg.clip_norm / norm) : 1.0f;
+  AdamWConfig no_clip = cfg;
+  no_clip.clip_norm = 0;
+  for (int r = 0; r < im.nranks; ++r) {
+    auto params = Impl::owned(*this, r);
+    if (clip != 1.0f)
+      for (auto& p : params)
+        for (auto& g : p.grad->data) g *= clip;
+    adamw_step(no_clip, im.adam[static_cast<std::size_t>(r)], params);
+  }
+  return norm;
+}
+
+std::int64_t Executor::optimizer_steps() const { return impl_->adam.at(0).step; }
+
+void Executor::save(const std::string& path) const {
+  auto& im = *impl_;
+  auto& self = const_cast<Executor&>(*this);
+  std::vector<std::pair<std::string, const Tf*>> tensors;
+  for (int r = 0; r < im.nranks; ++r)
+    for (auto& p : Impl::owned(self, r)) {
+      const bool expert = p.canonical.find("local_experts") != std::string::npos;
+      if (!expert && r != 0) continue;
+      tensors.emplace_back("param/" + p.canonical, p.value);
+      auto& st = im.adam[static_cast<std::size_t>(r)];
+      if (auto it = st.exp_avg.find(p.canonical); it != st.exp_avg.end()) tensors.emplace_back("exp_avg/" + p.canonical, &it->second);
+      if (auto it = st.exp_avg_sq.find(p.canonical); it != st.exp_avg_sq.end())
+        tensors.emplace_back("exp_avg_sq/" + p.canonical, &it->second);
+    }
+  write_safetensors(path, tensors,
+                    {{"format", "hybrid-twin-executor-checkpoint"}, {"version", "1"}, {"pattern", im.pattern.text},
+                     {"optimizer_step", std::to_string(im.adam.at(0).step)}});
+}
+
+void Executor::load(const std::string& path) {
+  auto& im = *impl_;
+  SafetensorsFile f = read_safetensors(path);
+  auto bad = [&](const std::string& why) { throw EngineError(ErrorCode::BadCheckpoint, path + ": " + why); };
+  if (f.metadata["format"] != "hybrid-twin-executor-checkpoint") bad("not an executor checkpoint");
+  std::int64_t step = 0;
+  try {
+    step = std::stoll(f.metadata.at("optimizer_step"));
+  } catch (const std::exception&) {
+    bad("missing or malformed optimizer_step");
+  }
+  // Validate everything before changing anything.
+  std::size_t expected = 0;
+  for (auto& p : parameters(0)) {
+    auto it = f.tensors.find("param/" + p.canonical);
+    if (it == f.tensors.end()) bad("missing parameter " + p.canonical);
+    if (it->second.shape != p.value->shape) bad("parameter " + p.canonical + " has the wrong shape");
+    ++expected;
+    for (const char* kind : {"exp_avg/", "exp_avg_sq/"}) {
+      auto m = f.tensors.find(kind + p.canonical);
+      if (step > 0 && m == f.tensors.end()) bad(std::string("missing optimizer state ") + kind + p.canonical);
+      if (m != f.tensors.end()) {
+        if (m->second.shape != p.value->shape) bad(std::string("optimizer state ") + kind + p.canonical + " has the wrong shape");
+        ++expected;
+      }
+    }
+  }
+  if (expected != f.tensors.size()) bad("holds tensors this model does not have");
+  for (int r = 0; r < im.nranks; ++r) {
+    auto& st = im.adam[static_cast<std::size_t>(r)];
+    st = AdamWState<float>{};
+    st.step = step;
+    for (auto& p : parameters(r)) {
+      *p.value = f.tensors.at("param/" + p.canonical);
+      if (auto m = f.tensors.find("exp_avg/" + p.canonical); m != f.tensors.end()) st.exp_avg[p.canonical] = m->second;
+      if (auto m = f.tensors.find("exp_avg_sq/" + p.canonical); m != f.tensors.end()) st.exp_avg_sq[p.canonical] = m->second;
+    }
+  }
 }
 
 Executor::~Executor() = default;

@@ -23,6 +23,7 @@
 
 #include "ht/engine/config.hpp"
 #include "ht/engine/model.hpp"
+#include "ht/engine/optimizer.hpp"
 #include "ht/engine/runtime/link_model.hpp"
 #include "ht/patterns/pattern.hpp"
 #include "ht/schedule/config.hpp"
@@ -65,6 +66,21 @@ class Executor {
   // Gradients accumulate into the ranks' parameters (call zero_grad() between steps).
   StepResult step(const std::vector<std::vector<Batch>>& batches);
   void zero_grad();
+
+  // AdamW on every rank over the parameters it owns (non-expert parameters and its experts).
+  // The clipping norm is the one global norm of the whole model: non-expert gradients once
+  // (identical on all ranks after the all-reduce) plus every rank's own experts, summed in a
+  // fixed order, so every rank applies the same factor. Returns that norm.
+  double optimizer_step(const AdamWConfig& cfg);
+  std::int64_t optimizer_steps() const;
+
+  // Checkpoint of the whole model and the optimizer, keyed by canonical (pattern-independent)
+  // names, each expert taken from its owner: one safetensors file, written atomically. A run
+  // of the flattened pattern (or another schedule or EP size with the same experts) resumes it.
+  void save(const std::string& path) const;
+  // Throws EngineError(BadCheckpoint) when a parameter is missing, extra or mis-shaped; nothing
+  // is changed then.
+  void load(const std::string& path);
 
   int ranks() const;
   const schedule::Plan& plan() const;

@@ -1,0 +1,412 @@
+// `hybrid-twin simulate`: the what-if face. pattern + model + layout -> schedule::build_plan ->
+// sim::replay on a simulated cluster -> step time, hidden/exposed all-to-all and bubbles, plus a
+// Chrome trace and an SVG. --sweep varies knobs (one row per combination, overlap off and on side
+// by side); --compare-grouping sets a grouped pattern next to its flattened form.
+#include <chrono>
+#include <cstdio>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "command.hpp"
+#include "ht/patterns/pattern.hpp"
+#include "ht/schedule/build.hpp"
+#include "ht/sim/cost_model.hpp"
+#include "ht/sim/platform.hpp"
+#include "ht/sim/replay.hpp"
+#include "ht/traces/chrome.hpp"
+#include "ht/traces/svg.hpp"
+#include "model_flags.hpp"
+
+namespace ht::cli {
+namespace {
+
+namespace hs = ht::schedule;
+namespace sim = ht::sim;
+
+struct SimulateArgs {
+  std::string pattern;
+  ModelFlags model;
+  hs::ParallelConfig parallel;
+  ScheduleFlags schedule;
+  std::string platform = "dgx-h100";
+  std::string costs_file;
+  std::vector<std::string> cost_overrides;
+  std::string a2a_model = "auto";
+  int pairwise_max_group = 16;
+  std::string trace_out, svg_out;
+  bool json_out = false;
+  std::vector<std::string> sweeps;
+  bool compare_grouping = false;
+};
+
+// Everything one replay needs; sweeps copy and edit it.
+struct Setup {
+  std::string pattern;
+  hs::ModelDims dims;
+  hs::ParallelConfig parallel;
+  hs::ScheduleOptions options;
+  sim::PlatformSpec platform;
+  sim::CostModel costs;
+};
+
+struct Run {
+  hs::Plan plan;
+  sim::SimResult result;
+  double wall_s = 0;
+};
+
+Run simulate(const Setup& s, const sim::ReplayOptions& replay_options, bool keep_timeline) {
+  Run run;
+  run.plan = hs::build_plan(ht::patterns::parse(s.pattern), s.dims, s.parallel, s.options);
+  sim::ReplayOptions o = replay_options;
+  o.keep_timeline = keep_timeline;
+  if (run.plan.nodes.size() > 200000)
+    o.progress = [](double f) { std::fprintf(stderr, "\rsimulating %3.0f %%", 100 * f), std::fflush(stderr); };
+  const auto t0 = std::chrono::steady_clock::now();
+  run.result = sim::replay(run.plan, s.platform, s.costs, o);
+  run.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (o.progress) std::fprintf(stderr, "\r%*s\r", 20, "");
+  return run;
+}
+
+nlohmann::json summary_json(const Run& r) {
+  const auto& s = r.result.summary;
+  return {{"step_time_s", s.step_time_s},
+          {"compute_busy_s", s.compute_busy_s},
+          {"max_compute_busy_s", s.max_compute_busy_s},
+          {"a2a_total_s", s.a2a_total_s},
+          {"a2a_exposed_s", s.a2a_exposed_s},
+          {"a2a_hidden_fraction", s.a2a_hidden_fraction},
+          {"p2p_total_s", s.p2p_total_s},
+          {"allreduce_s", s.allreduce_s},
+          {"bubble_fraction", s.bubble_fraction},
+          {"gpus", s.gpus},
+          {"activities", s.activities},
+          {"flows", s.flows},
+          {"a2a_model", r.result.a2a_model},
+          {"schedule", r.plan.schedule},
+          {"nodes", r.plan.nodes.size()},
+          {"wall_s", r.wall_s}};
+}
+
+std::string ms(double s) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(3) << s * 1e3 << " ms";
+  return o.str();
+}
+
+std::string pct(double f) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(1) << f * 100 << " %";
+  return o.str();
+}
+
+void print_run(const Setup& s, const Run& r) {
+  const auto& m = r.result.summary;
+  std::cout << "pattern      '" << s.pattern << "'\n"
+            << "schedule     " << r.plan.schedule << ": pp " << r.plan.pp << " x vpp " << r.plan.vpp << ", dp "
+            << r.plan.dp << " (ep " << r.plan.ep << "), " << r.plan.microbatches << " microbatches, overlap "
+            << (r.plan.overlap ? "on" : "off") << ", delayed wgrad " << (r.plan.delay_wgrad ? "on" : "off") << "\n"
+            << sim::describe(sim::sized_for(s.platform, static_cast<int>(r.plan.ranks.size())))
+            << "step time    " << ms(m.step_time_s) << "\n"
+            << "compute      " << ms(m.compute_busy_s) << " busy per GPU (busiest " << ms(m.max_compute_busy_s)
+            << "), bubble " << pct(m.bubble_fraction) << "\n"
+            << "all-to-all   " << ms(m.a2a_total_s) << " per GPU, exposed " << ms(m.a2a_exposed_s) << ", hidden "
+            << pct(m.a2a_hidden_fraction) << "\n"
+            << "pipeline p2p " << ms(m.p2p_total_s) << ", gradient all-reduce " << ms(m.allreduce_s) << "\n"
+            << "simulated    " << m.activities << " activities (" << m.flows << " flows, " << r.result.a2a_model
+            << " all-to-all) on " << m.gpus << " GPUs in " << std::setprecision(3) << r.wall_s << " s\n";
+}
+
+// One sweep axis: "key=v1,v2,...".
+struct Axis {
+  std::string key;
+  std::vector<std::string> values;
+};
+
+Axis parse_axis(const std::string& text) {
+  const auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
+    throw UsageError("--sweep expects KEY=V1,V2,..., got '" + text + "'");
+  Axis a{text.substr(0, eq), {}};
+  std::stringstream rest(text.substr(eq + 1));
+  for (std::string v; std::getline(rest, v, ',');)
+    if (!v.empty()) a.values.push_back(v);
+  if (a.values.empty()) throw UsageError("--sweep " + a.key + " has no values");
+  return a;
+}
+
+int to_int(const std::string& key, const std::string& v) {
+  std::size_t used = 0;
+  int x = 0;
+  try {
+    x = std::stoi(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size()) throw UsageError("--sweep " + key + ": '" + v + "' is not an integer");
+  return x;
+}
+
+std::vector<std::string> sweep_keys() {
+  std::vector<std::string> keys = {"pattern", "ep", "pp", "vpp", "dp", "microbatches", "routing_skew",
+                                   "launch_overhead_us", "comm_launch_us", "interference_factor"};
+  for (const auto& k : sim::platform_keys()) keys.push_back(k);
+  for (const auto& f : hs::model_fields()) keys.emplace_back(f.name);
+  return keys;
+}
+
+void apply(Setup& s, const std::string& key, const std::string& v) {
+  if (key == "pattern") s.pattern = v;
+  else if (key == "ep") s.parallel.ep = to_int(key, v);
+  else if (key == "pp") s.parallel.pp = to_int(key, v);
+  else if (key == "vpp") s.parallel.vpp = to_int(key, v);
+  else if (key == "dp") s.parallel.dp = to_int(key, v);
+  else if (key == "microbatches") s.parallel.microbatches = to_int(key, v);
+  else if (key == "routing_skew") {
+    try {
+      s.options.routing_skew = std::stod(v);
+    } catch (const std::exception&) {
+      throw UsageError("--sweep routing_skew: '" + v + "' is not a number");
+    }
+  } else if (key == "launch_overhead_us" || key == "comm_launch_us" || key == "interference_factor") {
+    sim::set_cost_key(s.costs, key, v);
+  } else {
+    for (const auto& f : hs::model_fields())
+      if (key == f.name) {
+        s.dims.*f.member = to_int(key, v);
+        return;
+      }
+    for (const auto& k : sim::platform_keys())
+      if (key == k) {
+        sim::set_platform_key(s.platform, key, v);
+        return;
+      }
+    std::string known;
+    for (const auto& k : sweep_keys()) known += (known.empty() ? "" : ", ") + k;
+    throw UsageError("unknown --sweep key '" + key + "' (known: " + known + ")");
+  }
+}
+
+// Overlap forced on or off for one column; delayed wgrad follows the user's flags.
+Setup with_overlap(Setup s, const ScheduleFlags& flags, bool overlap) {
+  s.options.overlap = overlap;
+  s.options.delay_wgrad = overlap && !flags.delay_off;
+  return s;
+}
+
+std::string row_cell(const std::function<Run()>& f, nlohmann::json& out, Run* keep = nullptr) {
+  try {
+    Run r = f();
+    out = summary_json(r);
+    std::string cell = ms(r.result.summary.step_time_s);
+    if (keep) *keep = std::move(r);
+    return cell;
+  } catch (const std::exception& e) {
+    out = {{"error", e.what()}};
+    return "n/a";
+  }
+}
+
+int run_sweep(const Setup& base, const SimulateArgs& a, const sim::ReplayOptions& ro) {
+  std::vector<Axis> axes;
+  for (const auto& s : a.sweeps) axes.push_back(parse_axis(s));
+  std::vector<std::vector<std::string>> combos = {{}};
+  for (const auto& axis : axes) {
+    std::vector<std::vector<std::string>> next;
+    for (const auto& c : combos)
+      for (const auto& v : axis.values) {
+        auto d = c;
+        d.push_back(v);
+        next.push_back(std::move(d));
+      }
+    combos = std::move(next);
+  }
+  for (const auto& axis : axes) {  // reject unknown keys before the first long replay
+    Setup probe = base;
+    apply(probe, axis.key, axis.values.front());
+  }
+  nlohmann::json rows = nlohmann::json::array();
+  if (!a.json_out) {
+    for (const auto& axis : axes) std::cout << std::left << std::setw(14) << axis.key;
+    std::cout << std::setw(14) << "step(off)" << std::setw(14) << "step(on)" << std::setw(9) << "speedup"
+              << std::setw(13) << "a2a(on)" << std::setw(13) << "exposed(on)" << std::setw(10) << "hidden"
+              << "bubble(on)\n";
+  }
+  for (std::size_t i = 0; i < combos.size(); ++i) {
+    Setup s = base;
+    std::string label;
+    for (std::size_t k = 0; k < axes.size(); ++k) {
+      apply(s, axes[k].key, combos[i][k]);
+      label += (label.empty() ? "" : " ") + axes[k].key + "=" + combos[i][k];
+    }
+    std::cerr << "[" << i + 1 << "/" << combos.size() << "] " << label << "\n";
+    nlohmann::json off, on;
+    Run on_run;
+    const std::string off_cell = row_cell([&] { return simulate(with_overlap(s, a.schedule, false), ro, false); }, off);
+    const std::string on_cell =
+        row_cell([&] { return simulate(with_overlap(s, a.schedule, true), ro, false); }, on, &on_run);
+    nlohmann::json row;
+    for (std::size_t k = 0; k < axes.size(); ++k) row[axes[k].key] = combos[i][k];
+    row["overlap_off"] = off;
+    row["overlap_on"] = on;
+    rows.push_back(row);
+    if (a.json_out) continue;
+    for (const auto& v : combos[i]) std::cout << std::setw(14) << v;
+    std::cout << std::setw(14) << off_cell << std::setw(14) << on_cell;
+    if (on.contains("step_time_s") && off.contains("step_time_s")) {
+      const auto& m = on_run.result.summary;
+      std::ostringstream sp;
+      sp << std::fixed << std::setprecision(3) << off["step_time_s"].get<double>() / m.step_time_s << "x";
+      std::cout << std::setw(9) << sp.str() << std::setw(13) << ms(m.a2a_total_s) << std::setw(13)
+                << ms(m.a2a_exposed_s) << std::setw(10) << pct(m.a2a_hidden_fraction) << pct(m.bubble_fraction);
+    } else {
+      std::cout << std::setw(9) << "-";
+      if (!on.contains("step_time_s")) std::cout << "  (overlap on: " << on["error"].get<std::string>() << ")";
+      if (!off.contains("step_time_s")) std::cout << "  (overlap off: " << off["error"].get<std::string>() << ")";
+    }
+    std::cout << "\n" << std::flush;
+  }
+  if (a.json_out) std::cout << rows.dump(2) << "\n";
+  return 0;
+}
+
+int run_compare_grouping(const Setup& base, const SimulateArgs& a, const sim::ReplayOptions& ro) {
+  const std::string flat = ht::patterns::to_string(ht::patterns::flatten(ht::patterns::parse(base.pattern)));
+  nlohmann::json out;
+  struct Column {
+    std::string name;
+    Setup setup;
+  };
+  std::vector<Column> columns;
+  for (const auto& [tag, pattern] : {std::pair{"grouped", base.pattern}, std::pair{"flattened", flat}}) {
+    Setup s = base;
+    s.pattern = pattern;
+    columns.push_back({std::string(tag) + " off", with_overlap(s, a.schedule, false)});
+    columns.push_back({std::string(tag) + " on", with_overlap(s, a.schedule, true)});
+  }
+  std::vector<nlohmann::json> results;
+  for (std::size_t i = 0; i < columns.size(); ++i) {
+    std::cerr << "[" << i + 1 << "/" << columns.size() << "] " << columns[i].name << " overlap\n";
+    nlohmann::json r;
+    row_cell([&] { return simulate(columns[i].setup, ro, false); }, r);
+    results.push_back(r);
+    out[columns[i].name] = r;
+  }
+  out["grouped_pattern"] = base.pattern;
+  out["flattened_pattern"] = flat;
+  if (a.json_out) {
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << "grouped   '" << base.pattern << "'\nflattened '" << flat << "'\n\n" << std::left << std::setw(22)
+            << "overlap:";
+  for (const auto& c : columns) std::cout << std::setw(16) << c.name;
+  std::cout << "\n";
+  const std::vector<std::pair<std::string, std::string>> metrics = {
+      {"step_time_s", "step time"}, {"compute_busy_s", "compute busy"}, {"a2a_total_s", "all-to-all"},
+      {"a2a_exposed_s", "exposed all-to-all"}, {"a2a_hidden_fraction", "hidden"}, {"bubble_fraction", "bubble"}};
+  for (const auto& [key, title] : metrics) {
+    std::cout << std::setw(22) << title;
+    for (const auto& r : results) {
+      if (!r.contains(key)) std::cout << std::setw(16) << "n/a";
+      else if (key.find("fraction") != std::string::npos) std::cout << std::setw(16) << pct(r[key].get<double>());
+      else std::cout << std::setw(16) << ms(r[key].get<double>());
+    }
+    std::cout << "\n";
+  }
+  for (std::size_t i = 0; i < results.size(); ++i)
+    if (results[i].contains("error")) std::cout << columns[i].name << ": " << results[i]["error"].get<std::string>() << "\n";
+  return 0;
+}
+
+int run(const SimulateArgs& a) {
+  Setup s;
+  s.pattern = a.pattern;
+  s.dims = a.model.resolve();
+  s.parallel = a.parallel;
+  s.options = a.schedule.resolve(a.parallel);
+  s.platform = sim::parse_platform(a.platform);
+  if (!a.costs_file.empty()) s.costs = sim::load_costs_file(a.costs_file);
+  for (const auto& kv : a.cost_overrides) {
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos) throw UsageError("--cost expects KEY=VALUE, got '" + kv + "'");
+    sim::set_cost_key(s.costs, kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  sim::ReplayOptions ro;
+  ro.a2a = sim::parse_a2a_model(a.a2a_model);
+  ro.pairwise_max_group = a.pairwise_max_group;
+  if (!a.sweeps.empty() || a.compare_grouping) {
+    if (!a.trace_out.empty() || !a.svg_out.empty())
+      throw UsageError("--trace and --svg describe one run; they cannot be combined with --sweep or --compare-grouping");
+    if (!a.sweeps.empty() && a.compare_grouping)
+      throw UsageError("--sweep and --compare-grouping cannot be combined");
+    return a.compare_grouping ? run_compare_grouping(s, a, ro) : run_sweep(s, a, ro);
+  }
+  const bool timeline = !a.trace_out.empty() || !a.svg_out.empty();
+  Run r = simulate(s, ro, timeline);
+  if (!a.trace_out.empty()) {
+    ht::traces::write_chrome_trace(r.result.timeline, a.trace_out);
+    std::cerr << "wrote " << a.trace_out << " (" << r.result.timeline.spans.size() << " spans)\n";
+  }
+  if (!a.svg_out.empty()) {
+    ht::traces::write_svg(r.result.timeline, a.svg_out);
+    std::cerr << "wrote " << a.svg_out << "\n";
+  }
+  if (a.json_out) std::cout << summary_json(r).dump(2) << "\n";
+  else print_run(s, r);
+  return 0;
+}
+
+const Registration reg{{
+    "simulate",
+    "Predict step time and hidden all-to-all on a simulated cluster (SimGrid twin); what-if sweeps",
+    [](CLI::App& sub) -> std::function<int()> {
+      auto a = std::make_shared<SimulateArgs>();
+      sub.add_option("--pattern,PATTERN", a->pattern, "hybrid layer pattern, e.g. 'M[*E]M[*E]'")->required();
+      add_model_flags(sub, a->model);
+      add_parallel_flags(sub, a->parallel);
+      add_schedule_flags(sub, a->schedule);
+      const char* twin = "Twin";
+      sub.add_option("--platform", a->platform,
+                     "PRESET[:key=value,...] (presets dgx-h100, dgx-h200) or FILE.xml[:key=value,...]; keys: "
+                     "nodes, gpus_per_node, nvlink_gbps (GB/s), ib_gbps (Gb/s), *_latency_us, *_efficiency, "
+                     "peak_tflops, hbm_tbps, oversubscription")
+          ->capture_default_str()
+          ->group(twin);
+      sub.add_option("--costs", a->costs_file, "cost model JSON (launch overheads, interference, measured durations)")
+          ->check(CLI::ExistingFile)
+          ->group(twin);
+      sub.add_option("--cost", a->cost_overrides,
+                     "KEY=VALUE cost override (launch_overhead_us, comm_launch_us, interference_factor); repeatable")
+          ->group(twin);
+      sub.add_option("--a2a-model", a->a2a_model, "all-to-all flows: auto, pairwise or aggregated")
+          ->check(CLI::IsMember({"auto", "pairwise", "aggregated"}))
+          ->capture_default_str()
+          ->group(twin);
+      sub.add_option("--pairwise-max-group", a->pairwise_max_group,
+                     "auto: pairwise flows for collectives of at most this many ranks")
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str()
+          ->group(twin);
+      sub.add_option("--trace", a->trace_out, "write the predicted timeline as Chrome-trace JSON")->group(twin);
+      sub.add_option("--svg", a->svg_out, "write the predicted timeline as SVG")->group(twin);
+      sub.add_flag("--json", a->json_out, "print results as JSON");
+      sub.add_option("--sweep", a->sweeps,
+                     "KEY=V1,V2,... (repeatable: cartesian product); keys: pattern, ep, pp, vpp, dp, microbatches, "
+                     "routing_skew, cost keys, platform keys, model fields. One row per combination, overlap off "
+                     "and on side by side")
+          ->group(twin);
+      sub.add_flag("--compare-grouping", a->compare_grouping,
+                   "simulate the pattern and its flattened form (groups dissolved), overlap off and on")
+          ->group(twin);
+      return [a] { return run(*a); };
+    },
+    30}};
+
+}  // namespace
+}  // namespace ht::cli

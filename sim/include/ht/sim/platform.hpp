@@ -1,0 +1,72 @@
+// The simulated cluster as a spec sheet: nodes of GPUs behind an NVSwitch, one NIC per GPU into a
+// fat-tree, and each GPU's compute and memory roofline. The twin turns a PlatformSpec into a
+// SimGrid platform (platform_build) and the cost model reads the GPU part of it. Sits at the start
+// of the what-if flow: CLI text -> PlatformSpec -> replay().
+//
+// Text form (CLI --platform): "PRESET", "PRESET:key=value,key=value" or "FILE.xml[:key=value,...]".
+// Units follow the spec sheets they are copied from:
+//   nvlink_gbps        NVLink bandwidth per GPU and direction in GB/s (bytes; H100/H200: 450)
+//   ib_gbps            NIC line rate per GPU and direction in Gb/s (bits; NDR: 400)
+//   *_latency_us       end-to-end latency of one transfer (GPU to GPU) in microseconds
+//   *_efficiency       achievable fraction of the nominal figure (0 < e <= 1)
+//   peak_tflops        dense bf16 peak in TFLOP/s;  hbm_tbps  HBM bandwidth in TB/s
+//   oversubscription   fat-tree leaf oversubscription (1 = full bisection)
+//   nodes, gpus_per_node  cluster size; nodes = 0 means "as many as the plan needs"
+//
+// XML platforms: the file provides the network only. Its hosts must be named gpu0 .. gpu<N-1>
+// (global rank k runs on host "gpuk"); host speeds and links are used as written, so write them
+// for the CM02 model (no TCP corrections). The GPU roofline still comes from the spec (dgx-h100
+// defaults plus any key=value overrides after the file name).
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ht::sim {
+
+struct GpuSpec {
+  double peak_flops = 989e12;        // dense bf16 FLOP/s
+  double flops_efficiency = 0.6;     // achieved fraction of peak on large GEMM-bound kernels
+  double hbm_bytes_per_s = 3.35e12;  // HBM bandwidth
+  double hbm_efficiency = 0.8;       // achieved fraction of HBM bandwidth on streaming kernels
+  bool operator==(const GpuSpec&) const = default;
+};
+
+struct PlatformSpec {
+  std::string name = "dgx-h100";  // preset name, or the XML file path
+  std::string xml_file;           // non-empty: network from this SimGrid XML file
+  int nodes = 0;                  // 0 = sized to the plan (ceil(world / gpus_per_node))
+  int gpus_per_node = 8;
+  // Intra-node: every GPU has a full-duplex NVLink port into the NVSwitch.
+  double nvlink_bytes_per_s = 450e9;
+  double nvlink_efficiency = 0.8;  // NCCL all-to-all busbw ~360 of 450 GB/s (simulators.md s.4)
+  double nvlink_latency_s = 2e-6;
+  // Inter-node: one NIC per GPU into a fat-tree; oversubscription divides the leaf uplinks.
+  double nic_bytes_per_s = 50e9;  // 400 Gb/s
+  double nic_efficiency = 0.9;
+  double nic_latency_s = 5e-6;
+  double oversubscription = 1.0;
+  GpuSpec gpu;
+  bool operator==(const PlatformSpec&) const = default;
+
+  int gpus() const { return nodes * gpus_per_node; }
+  double nvlink_effective() const { return nvlink_bytes_per_s * nvlink_efficiency; }
+  double nic_effective() const { return nic_bytes_per_s * nic_efficiency; }
+};
+
+std::vector<std::string> preset_names();
+// Throws SimError(BadPlatform) for an unknown preset.
+PlatformSpec preset(std::string_view name);
+// Parses the text form above. Throws SimError(BadPlatform) naming the offending key or value.
+PlatformSpec parse_platform(std::string_view text);
+// Applies one key=value override (the keys of the text form). Throws SimError(BadPlatform).
+void set_platform_key(PlatformSpec& spec, std::string_view key, std::string_view value);
+std::vector<std::string> platform_keys();
+// Returns spec with nodes filled in for a plan over `world` ranks; throws SimError(BadPlatform)
+// when a fixed size is too small.
+PlatformSpec sized_for(PlatformSpec spec, int world);
+// One line per spec-sheet entry, in the units of the text form.
+std::string describe(const PlatformSpec& spec);
+
+}  // namespace ht::sim

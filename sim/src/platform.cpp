@@ -1,0 +1,187 @@
+// Spec-sheet side of the platform: presets, "PRESET:k=v" parsing and validation. No SimGrid here;
+// platform_build.cpp turns the validated spec into SimGrid zones.
+#include "ht/sim/platform.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include "ht/sim/error.hpp"
+
+namespace ht::sim {
+
+std::string_view to_string(SimErrorCode code) {
+  switch (code) {
+    case SimErrorCode::BadPlatform: return "bad platform";
+    case SimErrorCode::BadCosts: return "bad cost model";
+    case SimErrorCode::BadPlan: return "bad plan";
+    case SimErrorCode::Deadlock: return "deadlock";
+  }
+  return "sim error";
+}
+
+namespace {
+
+[[noreturn]] void fail(const std::string& message) {
+  throw SimError(SimErrorCode::BadPlatform, message);
+}
+
+double parse_number(std::string_view key, std::string_view text) {
+  double v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(v))
+    fail("value of '" + std::string(key) + "' is not a number: '" + std::string(text) + "'");
+  return v;
+}
+
+double positive(std::string_view key, std::string_view text) {
+  double v = parse_number(key, text);
+  if (v <= 0) fail("'" + std::string(key) + "' must be > 0, got " + std::string(text));
+  return v;
+}
+
+double fraction(std::string_view key, std::string_view text) {
+  double v = parse_number(key, text);
+  if (v <= 0 || v > 1) fail("'" + std::string(key) + "' must be in (0, 1], got " + std::string(text));
+  return v;
+}
+
+double non_negative(std::string_view key, std::string_view text) {
+  double v = parse_number(key, text);
+  if (v < 0) fail("'" + std::string(key) + "' must be >= 0, got " + std::string(text));
+  return v;
+}
+
+int count(std::string_view key, std::string_view text, int min) {
+  double v = parse_number(key, text);
+  if (v != std::floor(v) || v < min || v > 1 << 20)
+    fail("'" + std::string(key) + "' must be an integer >= " + std::to_string(min) + ", got " +
+         std::string(text));
+  return static_cast<int>(v);
+}
+
+using Setter = std::function<void(PlatformSpec&, std::string_view, std::string_view)>;
+
+const std::map<std::string, Setter, std::less<>>& setters() {
+  static const std::map<std::string, Setter, std::less<>> table = {
+      {"nodes", [](PlatformSpec& s, auto k, auto v) { s.nodes = count(k, v, 0); }},
+      {"gpus_per_node", [](PlatformSpec& s, auto k, auto v) { s.gpus_per_node = count(k, v, 1); }},
+      {"nvlink_gbps", [](PlatformSpec& s, auto k, auto v) { s.nvlink_bytes_per_s = positive(k, v) * 1e9; }},
+      {"nvlink_efficiency", [](PlatformSpec& s, auto k, auto v) { s.nvlink_efficiency = fraction(k, v); }},
+      {"nvlink_latency_us", [](PlatformSpec& s, auto k, auto v) { s.nvlink_latency_s = non_negative(k, v) * 1e-6; }},
+      {"ib_gbps", [](PlatformSpec& s, auto k, auto v) { s.nic_bytes_per_s = positive(k, v) * 1e9 / 8; }},
+      {"ib_efficiency", [](PlatformSpec& s, auto k, auto v) { s.nic_efficiency = fraction(k, v); }},
+      {"ib_latency_us", [](PlatformSpec& s, auto k, auto v) { s.nic_latency_s = non_negative(k, v) * 1e-6; }},
+      {"oversubscription", [](PlatformSpec& s, auto k, auto v) {
+         s.oversubscription = parse_number(k, v);
+         if (s.oversubscription < 1) fail("'oversubscription' must be >= 1, got " + std::string(v));
+       }},
+      {"peak_tflops", [](PlatformSpec& s, auto k, auto v) { s.gpu.peak_flops = positive(k, v) * 1e12; }},
+      {"flops_efficiency", [](PlatformSpec& s, auto k, auto v) { s.gpu.flops_efficiency = fraction(k, v); }},
+      {"hbm_tbps", [](PlatformSpec& s, auto k, auto v) { s.gpu.hbm_bytes_per_s = positive(k, v) * 1e12; }},
+      {"hbm_efficiency", [](PlatformSpec& s, auto k, auto v) { s.gpu.hbm_efficiency = fraction(k, v); }},
+  };
+  return table;
+}
+
+}  // namespace
+
+std::vector<std::string> preset_names() { return {"dgx-h100", "dgx-h200"}; }
+
+std::vector<std::string> platform_keys() {
+  std::vector<std::string> keys;
+  for (const auto& [k, _] : setters()) keys.push_back(k);
+  return keys;
+}
+
+PlatformSpec preset(std::string_view name) {
+  PlatformSpec s;  // defaults are the DGX H100 sheet
+  if (name == "dgx-h100") {
+    s.name = "dgx-h100";
+    return s;
+  }
+  if (name == "dgx-h200") {
+    // Same Hopper die and NVLink 4 / NDR fabric; only the memory system differs (141 GB HBM3e).
+    s.name = "dgx-h200";
+    s.gpu.hbm_bytes_per_s = 4.8e12;
+    return s;
+  }
+  std::string known;
+  for (const auto& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
+  fail("unknown platform preset '" + std::string(name) + "' (known: " + known +
+       ", or a SimGrid .xml file)");
+}
+
+void set_platform_key(PlatformSpec& spec, std::string_view key, std::string_view value) {
+  auto it = setters().find(key);
+  if (it == setters().end()) {
+    std::string known;
+    for (const auto& k : platform_keys()) known += (known.empty() ? "" : ", ") + k;
+    fail("unknown platform key '" + std::string(key) + "' (known: " + known + ")");
+  }
+  it->second(spec, key, value);
+}
+
+PlatformSpec parse_platform(std::string_view text) {
+  if (text.empty()) fail("empty platform text");
+  // A ':' after ".xml" separates overrides from the file name; paths may contain ':' otherwise
+  // only in the preset case, where presets have no ':' of their own.
+  std::string_view head = text, tail;
+  if (auto xml = text.find(".xml"); xml != std::string_view::npos) {
+    head = text.substr(0, xml + 4);
+    tail = text.substr(xml + 4);
+    if (!tail.empty() && tail.front() != ':') fail("expected ':' after the XML file name in '" + std::string(text) + "'");
+    if (!tail.empty()) tail.remove_prefix(1);
+  } else if (auto colon = text.find(':'); colon != std::string_view::npos) {
+    head = text.substr(0, colon);
+    tail = text.substr(colon + 1);
+  }
+  PlatformSpec spec;
+  if (head.size() > 4 && head.substr(head.size() - 4) == ".xml") {
+    spec.name = std::string(head);
+    spec.xml_file = std::string(head);
+  } else {
+    spec = preset(head);
+  }
+  while (!tail.empty()) {
+    auto comma = tail.find(',');
+    std::string_view item = tail.substr(0, comma);
+    tail = comma == std::string_view::npos ? std::string_view{} : tail.substr(comma + 1);
+    auto eq = item.find('=');
+    if (eq == std::string_view::npos || eq == 0)
+      fail("expected key=value in platform overrides, got '" + std::string(item) + "'");
+    set_platform_key(spec, item.substr(0, eq), item.substr(eq + 1));
+  }
+  return spec;
+}
+
+PlatformSpec sized_for(PlatformSpec spec, int world) {
+  if (world < 1) fail("a plan needs at least one rank");
+  if (!spec.xml_file.empty()) return spec;  // size checked against the file's hosts when built
+  if (spec.nodes == 0) spec.nodes = (world + spec.gpus_per_node - 1) / spec.gpus_per_node;
+  if (spec.gpus() < world)
+    fail("platform '" + spec.name + "' has " + std::to_string(spec.gpus()) + " GPUs (" +
+         std::to_string(spec.nodes) + " nodes x " + std::to_string(spec.gpus_per_node) +
+         ") but the plan needs " + std::to_string(world));
+  return spec;
+}
+
+std::string describe(const PlatformSpec& s) {
+  std::ostringstream o;
+  o << "platform " << s.name << "\n";
+  if (!s.xml_file.empty()) o << "  network from " << s.xml_file << " (hosts gpu0..gpuN-1)\n";
+  else {
+    o << "  nodes " << s.nodes << " x gpus_per_node " << s.gpus_per_node << " = " << s.gpus() << " GPUs\n"
+      << "  nvlink_gbps " << s.nvlink_bytes_per_s / 1e9 << " GB/s/dir x efficiency " << s.nvlink_efficiency
+      << ", latency " << s.nvlink_latency_s * 1e6 << " us\n"
+      << "  ib_gbps " << s.nic_bytes_per_s * 8 / 1e9 << " Gb/s/dir/GPU x efficiency " << s.nic_efficiency
+      << ", latency " << s.nic_latency_s * 1e6 << " us, oversubscription " << s.oversubscription << "\n";
+  }
+  o << "  peak_tflops " << s.gpu.peak_flops / 1e12 << " x efficiency " << s.gpu.flops_efficiency
+    << ", hbm_tbps " << s.gpu.hbm_bytes_per_s / 1e12 << " x efficiency " << s.gpu.hbm_efficiency << "\n";
+  return o.str();
+}
+
+}  // namespace ht::sim

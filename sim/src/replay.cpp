@@ -1,0 +1,474 @@
+// Replay of a schedule plan on SimGrid actors (see replay.hpp for the model). The state below is
+// shared by all actors of one replay; SimGrid runs actors one at a time, so plain data suffices.
+#include "ht/sim/replay.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <mutex>
+
+#include <simgrid/s4u/Activity.hpp>
+#include <simgrid/s4u/Actor.hpp>
+#include <simgrid/s4u/Comm.hpp>
+#include <simgrid/s4u/Engine.hpp>
+#include <simgrid/s4u/Exec.hpp>
+#include <simgrid/s4u/Host.hpp>
+#include <simgrid/s4u/Semaphore.hpp>
+#include <xbt/log.h>
+
+#include "ht/sim/error.hpp"
+#include "simgrid_platform.hpp"
+#include "raw_replay.hpp"
+#include "timeline_build.hpp"
+
+namespace ht::sim {
+
+namespace sg4 = simgrid::s4u;
+using schedule::CollectiveKind;
+using schedule::Node;
+using schedule::Plan;
+using schedule::Stream;
+
+std::string_view to_string(A2aModel m) {
+  switch (m) {
+    case A2aModel::Auto: return "auto";
+    case A2aModel::Pairwise: return "pairwise";
+    case A2aModel::Aggregated: return "aggregated";
+  }
+  return "auto";
+}
+
+A2aModel parse_a2a_model(std::string_view text) {
+  if (text == "auto") return A2aModel::Auto;
+  if (text == "pairwise") return A2aModel::Pairwise;
+  if (text == "aggregated") return A2aModel::Aggregated;
+  throw SimError(SimErrorCode::BadPlan,
+                 "unknown all-to-all model '" + std::string(text) + "' (auto, pairwise, aggregated)");
+}
+
+namespace {
+
+struct Flow {
+  int src = 0;  // node ids
+  int dst = 0;
+  std::uint64_t bytes = 0;
+};
+
+struct CollectiveState {
+  int arrived = 0;
+  int finished = 0;
+  int waiter_head = -1;  // actors waiting for the rendezvous
+  double release_s = 0;
+  std::vector<Flow> flows;   // sorted by src member
+  std::vector<int> offsets;  // member index -> first flow of that member; size members + 1
+};
+
+struct ReplayState {
+  const Plan& plan;
+  const PlatformSpec& platform;
+  const CostModel& costs;
+  const ReplayOptions& options;
+  std::vector<sg4::Host*> hosts;
+  double origin_s = 0;
+
+  std::vector<std::uint8_t> done;
+  std::vector<double> start, end;
+  std::vector<int> waiter_head;   // node -> first actor waiting for it
+  std::vector<int> member_index;  // node -> its index in its collective
+  std::vector<int> pending_in;    // node -> flows addressed to it still in flight
+  std::vector<int> in_waiter;     // node -> actor waiting for its incoming flows
+  std::vector<CollectiveState> collectives;
+
+  std::vector<int> next_waiter;   // actor -> next actor in the same waiting list
+  std::vector<sg4::SemaphorePtr> wake;
+  std::vector<int> blocked_on;    // actor -> node it waits for (deadlock report)
+
+  std::int64_t activities = 0, flows_started = 0, completed = 0, next_report = 0;
+  bool used_pairwise = false, used_aggregated = false;
+  bool deadlocked = false;
+
+  ReplayState(const Plan& p, const PlatformSpec& s, const CostModel& c, const ReplayOptions& o)
+      : plan(p), platform(s), costs(c), options(o) {}
+
+  double now() const { return sg4::Engine::get_clock(); }
+
+  void block(int actor) { wake[actor]->acquire(); }
+
+  void wait_for(int actor, int node) {
+    while (!done[node]) {
+      blocked_on[actor] = node;
+      next_waiter[actor] = waiter_head[node];
+      waiter_head[node] = actor;
+      block(actor);
+    }
+    blocked_on[actor] = -1;
+  }
+
+  void wake_list(int head) {
+    while (head >= 0) {
+      int next = next_waiter[head];
+      wake[head]->release();
+      head = next;
+    }
+  }
+
+  void finish(int n) {
+    done[n] = 1;
+    end[n] = now();
+    int head = waiter_head[n];
+    waiter_head[n] = -1;
+    wake_list(head);
+    ++completed;
+    if (options.progress && completed >= next_report) {
+      const auto total = static_cast<std::int64_t>(plan.nodes.size());
+      options.progress(static_cast<double>(completed) / static_cast<double>(total));
+      next_report = completed + std::max<std::int64_t>(1, total / 20);
+    }
+  }
+
+  int node_of_rank(int rank) const { return rank / std::max(1, platform.gpus_per_node); }
+
+  // All-to-alls and all-reduces given as per-peer sends can be aggregated; p2p is one flow anyway.
+  bool aggregated(const schedule::Collective& c) const {
+    if (c.kind == CollectiveKind::PointToPoint) return false;
+    switch (options.a2a) {
+      case A2aModel::Pairwise: return false;
+      case A2aModel::Aggregated: return true;
+      case A2aModel::Auto: return static_cast<int>(c.nodes.size()) > options.pairwise_max_group;
+    }
+    return false;
+  }
+
+  static std::uint64_t whole_bytes(double b) { return b > 0 ? static_cast<std::uint64_t>(std::llround(b)) : 0; }
+
+  // Flows of a collective, decided once when the last member arrives.
+  std::vector<Flow> plan_flows(const schedule::Collective& c) const {
+    const auto& members = c.nodes;
+    const int n = static_cast<int>(members.size());
+    std::map<int, int> member_of_rank;
+    for (int i = 0; i < n; ++i) member_of_rank[plan.nodes[members[i]].rank] = i;
+    std::vector<Flow> flows;
+    bool any_sends = false;
+    for (int m : members) any_sends = any_sends || !plan.nodes[m].sends.empty();
+    if (c.kind == CollectiveKind::AllReduce && !any_sends) {
+      // Ring: each member forwards 2(n-1)/n of the buffer to its successor (reduce-scatter +
+      // all-gather), so a uniform ring finishes in 2(n-1)/n * bytes / bw.
+      if (n < 2) return flows;
+      for (int i = 0; i < n; ++i) {
+        const Node& node = plan.nodes[members[i]];
+        const double bytes = 2.0 * (n - 1) / n * node.mem_bytes;
+        if (bytes > 0) flows.push_back({members[i], members[(i + 1) % n], whole_bytes(bytes)});
+      }
+      return flows;
+    }
+    if (!aggregated(c)) {
+      for (int m : members) {
+        const Node& node = plan.nodes[m];
+        for (const auto& t : node.sends) {
+          if (t.peer == node.rank || whole_bytes(t.bytes) == 0) continue;
+          flows.push_back({m, members[member_of_rank.at(t.peer)], whole_bytes(t.bytes)});
+        }
+      }
+      return flows;
+    }
+    // Aggregated: members grouped by cluster node, in collective order.
+    std::map<int, std::vector<int>> by_node;  // cluster node -> member indices
+    for (int i = 0; i < n; ++i) by_node[node_of_rank(plan.nodes[members[i]].rank)].push_back(i);
+    std::vector<int> group_nodes;
+    for (const auto& [cn, _] : by_node) group_nodes.push_back(cn);
+    for (int i = 0; i < n; ++i) {
+      const Node& node = plan.nodes[members[i]];
+      const int cn = node_of_rank(node.rank);
+      double intra = 0, inter = 0;
+      for (const auto& t : node.sends) {
+        if (t.peer == node.rank) continue;
+        (node_of_rank(t.peer) == cn ? intra : inter) += t.bytes;
+      }
+      const auto& local = by_node[cn];
+      const int pos = static_cast<int>(std::find(local.begin(), local.end(), i) - local.begin());
+      if (whole_bytes(intra) > 0 && local.size() > 1)
+        flows.push_back({members[i], members[local[(pos + 1) % local.size()]], whole_bytes(intra)});
+      if (whole_bytes(inter) > 0 && group_nodes.size() > 1) {
+        const auto at = std::find(group_nodes.begin(), group_nodes.end(), cn) - group_nodes.begin();
+        const auto& remote = by_node[group_nodes[(static_cast<std::size_t>(at) + 1) % group_nodes.size()]];
+        flows.push_back({members[i], members[remote[static_cast<std::size_t>(pos) % remote.size()]],
+                         whole_bytes(inter)});
+      }
+    }
+    return flows;
+  }
+
+  void release_collective(int cid) {
+    const auto& c = plan.collectives[cid];
+    CollectiveState& cs = collectives[cid];
+    cs.release_s = now();
+    cs.flows = plan_flows(c);
+    if (c.kind == CollectiveKind::AllToAll) (aggregated(c) ? used_aggregated : used_pairwise) = true;
+    std::stable_sort(cs.flows.begin(), cs.flows.end(), [&](const Flow& a, const Flow& b) {
+      return member_index[a.src] < member_index[b.src];
+    });
+    cs.offsets.assign(c.nodes.size() + 1, 0);
+    for (const Flow& f : cs.flows) {
+      ++cs.offsets[member_index[f.src] + 1];
+      ++pending_in[f.dst];
+    }
+    for (std::size_t i = 1; i < cs.offsets.size(); ++i) cs.offsets[i] += cs.offsets[i - 1];
+    int head = cs.waiter_head;
+    cs.waiter_head = -1;
+    wake_list(head);
+  }
+
+  // Starts `flows` from this actor, waits for each, and credits the receivers as they land.
+  void run_flows(std::vector<Flow>::const_iterator first, std::vector<Flow>::const_iterator last,
+                 bool count_receivers) {
+    std::vector<sg4::CommPtr> comms;
+    std::vector<int> dst;
+    for (auto f = first; f != last; ++f) {
+      comms.push_back(sg4::Comm::sendto_async(hosts[plan.nodes[f->src].rank], hosts[plan.nodes[f->dst].rank],
+                                              f->bytes));
+      dst.push_back(f->dst);
+    }
+    activities += static_cast<std::int64_t>(comms.size());
+    flows_started += static_cast<std::int64_t>(comms.size());
+    while (!comms.empty()) {
+      auto k = static_cast<std::size_t>(sg4::Comm::wait_any(comms));
+      if (count_receivers && --pending_in[dst[k]] == 0 && in_waiter[dst[k]] >= 0) {
+        int actor = in_waiter[dst[k]];
+        in_waiter[dst[k]] = -1;
+        wake[actor]->release();
+      }
+      comms.erase(comms.begin() + static_cast<std::ptrdiff_t>(k));
+      dst.erase(dst.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+  }
+
+  sg4::ExecPtr start_interference() const {
+    if (costs.interference_factor <= 1) return nullptr;
+    // A background execution with weight f-1 next to a compute execution of weight 1 leaves the
+    // compute 1/f of the GPU: overlapped compute runs exactly f times slower.
+    auto noise = sg4::this_actor::exec_init(1e30);
+    noise->set_priority(costs.interference_factor - 1);
+    noise->start();
+    return noise;
+  }
+
+  void run_compute(const Node& node) {
+    const double seconds = costs.compute_seconds(node, platform.gpu);
+    if (seconds <= 0) return;
+    ++activities;
+    sg4::this_actor::execute(seconds * sg4::this_actor::get_host()->get_speed());
+  }
+
+  void run_comm(int actor, const Node& node) {
+    if (node.collective >= 0 && plan.collectives[node.collective].kind == CollectiveKind::PointToPoint &&
+        node.sends.empty()) {
+      // Eager pipeline p2p (Megatron batches isend/irecv): the receive ends when every send of
+      // its pair has landed; the send side runs below like a plain transfer.
+      for (int m : plan.collectives[node.collective].nodes)
+        if (m != node.id && !plan.nodes[m].sends.empty()) wait_for(actor, m);
+      return;
+    }
+    const bool eager = node.collective < 0 || plan.collectives[node.collective].kind == CollectiveKind::PointToPoint;
+    if (eager) {
+      if (node.sends.empty()) return;
+      if (costs.comm_launch_s > 0) sg4::this_actor::sleep_for(costs.comm_launch_s);
+      std::vector<sg4::CommPtr> comms;
+      for (std::size_t i = 0; i < node.sends.size(); ++i) {
+        const auto& t = node.sends[i];
+        if (t.peer == node.rank || whole_bytes(t.bytes) == 0) continue;
+        comms.push_back(sg4::Comm::sendto_async(hosts[node.rank], hosts[t.peer], whole_bytes(t.bytes)));
+      }
+      activities += static_cast<std::int64_t>(comms.size());
+      flows_started += static_cast<std::int64_t>(comms.size());
+      auto noise = comms.empty() ? nullptr : start_interference();
+      sg4::Comm::wait_all(comms);
+      if (noise) noise->cancel();
+      return;
+    }
+    if (costs.comm_launch_s > 0) sg4::this_actor::sleep_for(costs.comm_launch_s);
+    const int cid = node.collective;
+    CollectiveState& cs = collectives[cid];
+    const auto& c = plan.collectives[cid];
+    if (++cs.arrived < static_cast<int>(c.nodes.size())) {
+      next_waiter[actor] = cs.waiter_head;
+      cs.waiter_head = actor;
+      blocked_on[actor] = node.id;
+      block(actor);
+      blocked_on[actor] = -1;
+    } else {
+      release_collective(cid);
+    }
+    const int me = member_index[node.id];
+    const auto first = cs.flows.begin() + cs.offsets[me];
+    const auto last = cs.flows.begin() + cs.offsets[me + 1];
+    auto noise = (first != last || pending_in[node.id] > 0) ? start_interference() : nullptr;
+    run_flows(first, last, true);
+    if (pending_in[node.id] > 0) {
+      in_waiter[node.id] = actor;
+      blocked_on[actor] = node.id;
+      block(actor);
+      blocked_on[actor] = -1;
+    }
+    if (noise) noise->cancel();
+    if (++cs.finished == static_cast<int>(c.nodes.size())) {
+      cs.flows = {};
+      cs.offsets = {};
+    }
+  }
+
+  void run_stream(int actor, const std::vector<int>& nodes) {
+    for (int n : nodes) {
+      const Node& node = plan.nodes[n];
+      for (int d : node.deps) {
+        // A dependency on a member of the node's own all-to-all or all-reduce is the rendezvous
+        // itself, not an ordering edge (waiting for it first would deadlock).
+        if (node.collective >= 0 && plan.nodes[d].collective == node.collective &&
+            plan.collectives[node.collective].kind != CollectiveKind::PointToPoint)
+          continue;
+        wait_for(actor, d);
+      }
+      start[n] = now();
+      if (node.stream == Stream::Compute) run_compute(node);
+      else run_comm(actor, node);
+      finish(n);
+    }
+  }
+};
+
+ReplayState* g_current = nullptr;
+
+void install_deadlock_hook() {
+  // Static signals outlive engines (toolchain.md 4): register once for the whole process.
+  static std::once_flag once;
+  std::call_once(once, [] {
+    sg4::Engine::on_deadlock_cb([] {
+      if (g_current != nullptr) g_current->deadlocked = true;
+    });
+  });
+}
+
+std::string deadlock_message(const ReplayState& st) {
+  std::int64_t stuck = 0;
+  for (auto d : st.done) stuck += d ? 0 : 1;
+  std::string msg = std::to_string(stuck) + " of " + std::to_string(st.plan.nodes.size()) +
+                    " plan nodes never finished";
+  int shown = 0;
+  for (std::size_t i = 0; i < st.plan.nodes.size() && shown < 3; ++i) {
+    if (st.done[i] || st.start[i] < 0) continue;  // report nodes that started and hung
+    const Node& n = st.plan.nodes[i];
+    msg += (shown++ == 0 ? "; stuck: " : ", ") + std::string("rank ") + std::to_string(n.rank) + " '" + n.label() + "'";
+  }
+  return msg;
+}
+
+}  // namespace
+
+namespace detail {
+
+RawReplay simulate(const Plan& plan, const PlatformSpec& platform, const CostModel& costs,
+                   const ReplayOptions& options) {
+  RawReplay raw;
+  try {
+    const int world = static_cast<int>(plan.ranks.size());
+    static std::mutex one_engine_at_a_time;
+    std::lock_guard lock(one_engine_at_a_time);
+    xbt_log_control_set("root.thres:critical");  // before the Engine, or config lines leak
+    std::vector<std::string> args = engine_args();
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    int argc = static_cast<int>(args.size());
+    install_deadlock_hook();
+    sg4::Engine engine(&argc, argv.data());
+
+    ReplayState st(plan, platform, costs, options);
+    st.hosts = build_platform(engine, platform, world);
+    const std::size_t n_nodes = plan.nodes.size();
+    st.done.assign(n_nodes, 0);
+    st.start.assign(n_nodes, -1);
+    st.end.assign(n_nodes, -1);
+    st.waiter_head.assign(n_nodes, -1);
+    st.member_index.assign(n_nodes, -1);
+    st.pending_in.assign(n_nodes, 0);
+    st.in_waiter.assign(n_nodes, -1);
+    st.collectives.resize(plan.collectives.size());
+    for (const auto& c : plan.collectives)
+      for (std::size_t i = 0; i < c.nodes.size(); ++i) st.member_index[c.nodes[i]] = static_cast<int>(i);
+
+    const int n_actors = 2 * world;
+    st.next_waiter.assign(n_actors, -1);
+    st.blocked_on.assign(n_actors, -1);
+    for (int a = 0; a < n_actors; ++a) st.wake.push_back(sg4::Semaphore::create(0));
+    st.origin_s = sg4::Engine::get_clock();
+    for (const auto& rp : plan.ranks) {
+      for (Stream s : {Stream::Compute, Stream::Comm}) {
+        std::vector<int> mine;
+        for (int n : rp.issue)
+          if (plan.nodes[n].stream == s) mine.push_back(n);
+        const int actor = 2 * rp.rank + (s == Stream::Comm ? 1 : 0);
+        sg4::Actor::create((s == Stream::Comm ? "comm" : "compute") + std::to_string(rp.rank), st.hosts[rp.rank],
+                           [&st, actor, nodes = std::move(mine)] { st.run_stream(actor, nodes); });
+      }
+    }
+    g_current = &st;
+    engine.run();
+    g_current = nullptr;
+    if (st.deadlocked || std::find(st.done.begin(), st.done.end(), 0) != st.done.end()) {
+      raw.failed = true;
+      raw.error = SimErrorCode::Deadlock;
+      raw.message = deadlock_message(st);
+      return raw;
+    }
+    for (std::size_t i = 0; i < n_nodes; ++i) {
+      st.start[i] -= st.origin_s;
+      st.end[i] -= st.origin_s;
+    }
+    raw.wait.assign(n_nodes, 0);
+    for (std::size_t c = 0; c < plan.collectives.size(); ++c)
+      for (int n : plan.collectives[c].nodes)
+        raw.wait[n] = std::max(0.0, st.collectives[c].release_s - st.origin_s - st.start[n]);
+    raw.start = std::move(st.start);
+    raw.end = std::move(st.end);
+    raw.activities = st.activities;
+    raw.flows = st.flows_started;
+    raw.a2a_model = st.used_pairwise && st.used_aggregated ? "mixed"
+                    : st.used_aggregated                   ? "aggregated"
+                                                           : "pairwise";
+  } catch (const SimError& e) {
+    g_current = nullptr;
+    raw.failed = true;
+    raw.error = e.code();
+    raw.message = e.detail();
+  }
+  return raw;
+}
+
+}  // namespace detail
+
+SimResult replay(const Plan& plan, const PlatformSpec& platform_in, const CostModel& costs,
+                 const ReplayOptions& options) {
+  validate_plan(plan);
+  const int world = static_cast<int>(plan.ranks.size());
+  const PlatformSpec platform = sized_for(platform_in, world);
+  detail::RawReplay raw = options.isolate ? detail::simulate_isolated(plan, platform, costs, options)
+                                          : detail::simulate(plan, platform, costs, options);
+  if (raw.failed) throw SimError(raw.error, raw.message);
+
+  SimResult result;
+  result.summary = detail::summarize_replay(plan, raw.start, raw.end);
+  result.summary.activities = raw.activities;
+  result.summary.flows = raw.flows;
+  result.a2a_model = raw.a2a_model;
+  if (options.keep_timeline) {
+    result.timeline = detail::build_timeline(plan, raw.start, raw.end, raw.wait);
+    result.timeline.metadata["platform"] = platform.name;
+    result.timeline.metadata["gpus"] = std::to_string(world);
+    result.timeline.metadata["a2a_model"] = result.a2a_model;
+    result.timeline.metadata["interference_factor"] = std::to_string(costs.interference_factor);
+    result.timeline.metadata["schedule"] = plan.schedule;
+    result.timeline.metadata["pattern"] = plan.pattern;
+  }
+  return result;
+}
+
+}  // namespace ht::sim

@@ -1,0 +1,26 @@
+// Internal: turns a PlatformSpec into SimGrid zones inside a live Engine (or loads the XML file)
+// and returns the host of every global rank. Used by replay(); not part of the public API because
+// it exposes SimGrid types.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <simgrid/s4u/Engine.hpp>
+#include <simgrid/s4u/Host.hpp>
+
+#include "ht/sim/platform.hpp"
+
+namespace ht::sim::detail {
+
+// Engine command line for a GPU fabric: the network model must not cap NVLink-class links (CM02:
+// no TCP correction factors; huge TCP-gamma; no cross traffic), small actor stacks for thousands
+// of stream actors, thread contexts under ASan. Starts with a program name.
+std::vector<std::string> engine_args();
+
+// hosts[k] runs global rank k; throws SimError(BadPlatform) if the platform has fewer than
+// `world` GPUs or an XML file misses a "gpuK" host.
+std::vector<simgrid::s4u::Host*> build_platform(simgrid::s4u::Engine& engine, const PlatformSpec& spec,
+                                                int world);
+
+}  // namespace ht::sim::detail

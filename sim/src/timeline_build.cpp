@@ -1,0 +1,119 @@
+// Summary and timeline of a finished replay (definitions of the summary fields: replay.hpp).
+#include "timeline_build.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace ht::sim::detail {
+
+using schedule::Node;
+using schedule::Slot;
+using schedule::Stream;
+
+namespace {
+
+struct Interval {
+  double begin = 0, end = 0;
+};
+
+bool is_a2a(const Node& n) { return n.slot == Slot::Dispatch || n.slot == Slot::Combine; }
+bool is_p2p(const Node& n) { return n.slot == Slot::PipeSend || n.slot == Slot::PipeRecv; }
+
+// Length of `a` not covered by `cover` (sorted, disjoint); `cursor` advances monotonically
+// because the callers pass `a` in increasing start order.
+double uncovered(const Interval& a, const std::vector<Interval>& cover, std::size_t& cursor) {
+  while (cursor < cover.size() && cover[cursor].end <= a.begin) ++cursor;
+  double covered = 0;
+  for (std::size_t k = cursor; k < cover.size() && cover[k].begin < a.end; ++k)
+    covered += std::max(0.0, std::min(a.end, cover[k].end) - std::max(a.begin, cover[k].begin));
+  return (a.end - a.begin) - covered;
+}
+
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+}  // namespace
+
+Summary summarize_replay(const schedule::Plan& plan, const std::vector<double>& start,
+                         const std::vector<double>& end) {
+  Summary s;
+  s.gpus = static_cast<int>(plan.ranks.size());
+  for (std::size_t i = 0; i < plan.nodes.size(); ++i) s.step_time_s = std::max(s.step_time_s, end[i]);
+  double busy_sum = 0, a2a_sum = 0, exposed_sum = 0, p2p_sum = 0, ar_sum = 0;
+  for (const auto& rp : plan.ranks) {
+    // Each stream is one actor running in issue order, so its spans come out sorted and disjoint.
+    std::vector<Interval> compute, a2a;
+    for (int n : rp.issue) {
+      const Node& node = plan.nodes[n];
+      const Interval iv{start[n], end[n]};
+      if (iv.end <= iv.begin) continue;
+      if (node.stream == Stream::Compute) compute.push_back(iv);
+      else if (is_a2a(node)) a2a.push_back(iv);
+      else if (is_p2p(node)) p2p_sum += iv.end - iv.begin;
+      else if (node.slot == Slot::GradAllReduce) ar_sum += iv.end - iv.begin;
+    }
+    double busy = 0;
+    for (const auto& iv : compute) busy += iv.end - iv.begin;
+    busy_sum += busy;
+    s.max_compute_busy_s = std::max(s.max_compute_busy_s, busy);
+    std::size_t cursor = 0;
+    for (const auto& iv : a2a) {
+      a2a_sum += iv.end - iv.begin;
+      exposed_sum += uncovered(iv, compute, cursor);
+    }
+  }
+  const double g = std::max(1, s.gpus);
+  s.compute_busy_s = busy_sum / g;
+  s.a2a_total_s = a2a_sum / g;
+  s.a2a_exposed_s = exposed_sum / g;
+  s.p2p_total_s = p2p_sum / g;
+  s.allreduce_s = ar_sum / g;
+  // Same convention as traces::hidden_fraction: nothing to hide counts as fully hidden.
+  s.a2a_hidden_fraction = s.a2a_total_s > 0 ? 1.0 - s.a2a_exposed_s / s.a2a_total_s : 1.0;
+  s.bubble_fraction = s.step_time_s > 0 ? 1.0 - s.compute_busy_s / s.step_time_s : 0.0;
+  return s;
+}
+
+traces::Timeline build_timeline(const schedule::Plan& plan, const std::vector<double>& start,
+                                const std::vector<double>& end, const std::vector<double>& wait) {
+  traces::Timeline t;
+  t.source = "twin";
+  for (const auto& rp : plan.ranks) {
+    t.streams.push_back({rp.rank, 0, "compute", traces::Role::Compute});
+    t.streams.push_back({rp.rank, 1, "comm", traces::Role::Comm});
+  }
+  for (const Node& node : plan.nodes) {
+    const double duration = end[node.id] - start[node.id];
+    if (!(duration > 0)) continue;  // empty slots launch nothing
+    traces::Span span;
+    span.name = node.label();
+    span.category = std::string(schedule::to_string(node.slot));
+    span.start_s = start[node.id];
+    span.duration_s = duration;
+    span.device = node.rank;
+    span.stream = node.stream == Stream::Compute ? 0 : 1;
+    span.role = node.stream == Stream::Compute ? traces::Role::Compute : traces::Role::Comm;
+    span.args["node"] = std::to_string(node.id);
+    span.args["microbatch"] = std::to_string(node.microbatch);
+    span.args["layer"] = std::to_string(node.layer);
+    span.args["vp_stage"] = std::to_string(node.vp_stage);
+    span.args["phase"] = std::string(schedule::to_string(node.phase));
+    if (!node.symbols.empty()) span.args["symbols"] = node.symbols;
+    if (node.stream == Stream::Comm) {
+      double bytes = 0;
+      for (const auto& s : node.sends)
+        if (s.peer != node.rank) bytes += s.bytes;
+      span.args["bytes"] = number(bytes);
+      if (node.collective >= 0) span.args["wait_s"] = number(wait[node.id]);
+    } else {
+      span.args["flops"] = number(node.flops);
+    }
+    t.spans.push_back(std::move(span));
+  }
+  return t;
+}
+
+}  // namespace ht::sim::detail

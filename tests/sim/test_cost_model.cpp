@@ -1,0 +1,66 @@
+// The cost model: roofline by hand, measured-table precedence, JSON parsing and its errors.
+#include <catch2/catch.hpp>
+
+#include "ht/sim/cost_model.hpp"
+#include "ht/sim/error.hpp"
+
+using namespace ht::sim;
+using ht::schedule::Node;
+using ht::schedule::Phase;
+using ht::schedule::Slot;
+
+namespace {
+Node node(Slot slot, Phase phase, std::string symbols, double flops, double mem) {
+  Node n;
+  n.slot = slot;
+  n.phase = phase;
+  n.symbols = std::move(symbols);
+  n.flops = flops;
+  n.mem_bytes = mem;
+  return n;
+}
+}  // namespace
+
+TEST_CASE("roofline: the slower of math and memory, plus the launch overhead", "[sim][costs]") {
+  GpuSpec gpu{1e15, 0.5, 2e12, 0.5};
+  CostModel c;
+  c.launch_overhead_s = 5e-6;
+  // math 1e12 / 5e14 = 2 ms; memory 1e9 / 1e12 = 1 ms -> compute bound
+  CHECK(c.compute_seconds(node(Slot::Mlp, Phase::Forward, "E", 1e12, 1e9), gpu) == Approx(2e-3 + 5e-6));
+  // memory 4e9 / 1e12 = 4 ms -> memory bound
+  CHECK(c.compute_seconds(node(Slot::Mlp, Phase::Forward, "E", 1e12, 4e9), gpu) == Approx(4e-3 + 5e-6));
+  CHECK(c.compute_seconds(node(Slot::MtpPost, Phase::Forward, "", 0, 0), gpu) == 0);
+}
+
+TEST_CASE("measured durations win, most specific key first", "[sim][costs]") {
+  auto c = parse_costs_json(R"({"launch_overhead_us": 2, "interference_factor": 1.2,
+    "durations_us": {"mlp/backward/E": 800, "mlp/backward": 500, "mlp": 100}, "_note": "ok"})");
+  CHECK(c.launch_overhead_s == Approx(2e-6));
+  CHECK(c.interference_factor == Approx(1.2));
+  GpuSpec gpu;
+  CHECK(c.compute_seconds(node(Slot::Mlp, Phase::Backward, "E", 1, 1), gpu) == Approx(800e-6));
+  CHECK(c.compute_seconds(node(Slot::Mlp, Phase::Backward, "-", 1, 1), gpu) == Approx(500e-6));
+  CHECK(c.compute_seconds(node(Slot::Mlp, Phase::Forward, "E", 1, 1), gpu) == Approx(100e-6));
+  auto roof = node(Slot::PreDispatch, Phase::Forward, "*", 1e12, 0);
+  CHECK(c.measured_for(roof) == nullptr);
+  CHECK(c.compute_seconds(roof, gpu) == Approx(1e12 / (gpu.peak_flops * gpu.flops_efficiency) + 2e-6));
+}
+
+TEST_CASE("bad cost JSON is a BadCosts error naming the field", "[sim][costs]") {
+  auto message = [](const char* text) {
+    try {
+      parse_costs_json(text);
+    } catch (const SimError& e) {
+      CHECK(e.code() == SimErrorCode::BadCosts);
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK_THAT(message("{"), Catch::Contains("invalid JSON"));
+  CHECK_THAT(message("[1]"), Catch::Contains("JSON object"));
+  CHECK_THAT(message(R"({"speed": 1})"), Catch::Contains("unknown field 'speed'"));
+  CHECK_THAT(message(R"({"interference_factor": 0.5})"), Catch::Contains("interference_factor"));
+  CHECK_THAT(message(R"({"durations_us": {"mlp": -1}})"), Catch::Contains("mlp"));
+  CHECK_THAT(message(R"({"durations_us": {"mlp": "fast"}})"), Catch::Contains("must be a number"));
+  CHECK_THROWS_AS(load_costs_file("no-such-costs.json"), SimError);
+}

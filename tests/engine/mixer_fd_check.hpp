@@ -81,15 +81,19 @@ FdResult mixer_fd_check(Params& p, Tensor<double>& x, Rng& rng, Fwd fwd, Bwd bwd
   Tensor<double> out;
   fwd(p, x, out);
   Tensor<double> probe = random_tensor<double>(out.shape, rng);
-  Params grads;
+  // Grads start as a copy of the parameters (then zeroed), as the model does: a layer's visit
+  // may depend on the variant its init chose (MLA's direct query projection).
+  Params grads = p;
   std::vector<Tensor<double>*> ptensors, gtensors;
   std::vector<std::string> names;
   Params::visit(p, [&](const char* name, Tensor<double>& t) {
     names.emplace_back(name);
     ptensors.push_back(&t);
   });
-  Params::visit(grads, [&](const char*, Tensor<double>& t) { gtensors.push_back(&t); });
-  for (std::size_t i = 0; i < ptensors.size(); ++i) *gtensors[i] = Tensor<double>(ptensors[i]->shape);
+  Params::visit(grads, [&](const char*, Tensor<double>& t) {
+    t.zero();
+    gtensors.push_back(&t);
+  });
   Tensor<double> dx(x.shape);
   bwd(p, x, probe, dx, grads);
 

@@ -4,7 +4,9 @@
 #include <catch2/catch.hpp>
 #include <rapidcheck/catch.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 #include <stdexcept>
 #include <vector>
 
@@ -56,10 +58,11 @@ test::FdResult fd_check(const ModelConfig& cfg, int B, int T, std::uint64_t seed
 
 TEST_CASE("mla backward matches float64 finite differences for the input and every parameter") {
   for (const auto& cfg : {mla_cfg(6, 2, 4, 3, 3, 2, 3, true), mla_cfg(6, 2, 4, 3, 3, 2, 3, false),
-                          mla_cfg(5, 3, 3, 4, 2, 0, 2, true)}) {
+                          mla_cfg(5, 3, 3, 4, 2, 0, 2, true), mla_cfg(6, 2, 0, 3, 3, 2, 3, true)}) {
     const auto r = fd_check(cfg, 2, 5, 999);
     INFO(r.describe());
-    REQUIRE(r.per_tensor.size() == 8);  // input + 7 parameter tensors
+    // input + 7 parameter tensors, or + 5 with the direct query projection (q_lora_rank 0)
+    REQUIRE(r.per_tensor.size() == (cfg.mla_q_lora_rank > 0 ? 8u : 6u));
     for (const auto& [name, err] : r.per_tensor) {
       INFO(name);
       CHECK(err < kMixerFdBound);
@@ -70,7 +73,7 @@ TEST_CASE("mla backward matches float64 finite differences for the input and eve
 TEST_CASE("mla backward matches finite differences on random small shapes", "[property]") {
   rc::prop("fd error below bound", [] {
     const int H = *rc::gen::inRange(1, 3);
-    const int qr = *rc::gen::inRange(1, 4);
+    const int qr = *rc::gen::inRange(0, 4);  // 0 = direct query projection
     const int kvr = *rc::gen::inRange(1, 4);
     const int dn = *rc::gen::inRange(1, 3);
     const int dr = 2 * *rc::gen::inRange(0, 2);
@@ -184,11 +187,31 @@ TEST_CASE("mla rejects inconsistent configs and inputs with a clear exception") 
   MlaParams<float> p;
   CHECK_THROWS_WITH(mla_init(p, cfg, rng), Catch::Contains("mla_qk_pos_head_dim"));
   cfg.mla_qk_pos_head_dim = 2;
-  cfg.mla_q_lora_rank = 0;
+  cfg.mla_q_lora_rank = -1;
   CHECK_THROWS_WITH(mla_init(p, cfg, rng), Catch::Contains("mla_q_lora_rank"));
   cfg.mla_q_lora_rank = 3;
   mla_init(p, cfg, rng);
   Tensor<float> bad({1, 2, 3}), out;
   MlaCache<float> cache;
   CHECK_THROWS_AS(mla_forward(cfg, p, bad, out, cache), std::invalid_argument);
+}
+
+TEST_CASE("mla parameter count and names follow the query variant") {
+  for (int qr : {0, 5}) {
+    const auto cfg = mla_cfg(8, 2, qr, 4, 3, 2, 3);
+    Rng rng(2);
+    MlaParams<float> p;
+    mla_init(p, cfg, rng);
+    std::size_t n = 0;
+    std::vector<std::string> names;
+    MlaParams<float>::visit(p, [&](const char* name, Tensor<float>& t) {
+      n += t.size();
+      names.emplace_back(name);
+    });
+    CHECK(mla_param_count(cfg) == n);
+    const bool direct = std::find(names.begin(), names.end(),
+                                  "self_attention.linear_q_proj.weight") != names.end();
+    CHECK(direct == (qr == 0));
+    CHECK(names.size() == (qr == 0 ? 5u : 7u));
+  }
 }

@@ -234,18 +234,20 @@ void dump_mixers(Dumper& d, std::uint64_t seed) {
                 [&](auto& p, auto& in, auto& out) { gdn_forward(cfg, p, in, out, cache); return NoScalars{}; },
                 [&](auto& p, auto& in, auto& dy, auto& dx, auto& g) { gdn_backward(cfg, p, cache, in, dy, dx, g); });
   }
-  {
-    Rng rng(seed + 3);
+  for (int q_lora_rank : {cfg.mla_q_lora_rank, 0}) {
+    ModelConfig mcfg = cfg;
+    mcfg.mla_q_lora_rank = q_lora_rank;  // 0: Megatron's direct query projection
+    Rng rng(seed + 3 + q_lora_rank);
     MlaParams<double> pd;
-    mla_init(pd, cfg, rng);
+    mla_init(pd, mcfg, rng);
     perturb(pd, rng, 0.3);
     auto x = normal({kB, kT, cfg.hidden}, rng), dout = normal({kB, kT, cfg.hidden}, rng);
     MlaParams<T> pt;
-    mla_init(pt, cfg, rng);
+    mla_init(pt, mcfg, rng);
     MlaCache<T> cache;
-    d.branch<T>("mla", pd, pt, x, dout,
-                [&](auto& p, auto& in, auto& out) { mla_forward(cfg, p, in, out, cache); return NoScalars{}; },
-                [&](auto& p, auto& in, auto& dy, auto& dx, auto& g) { mla_backward(cfg, p, cache, in, dy, dx, g); });
+    d.branch<T>(q_lora_rank ? "mla" : "mla_direct_q", pd, pt, x, dout,
+                [&](auto& p, auto& in, auto& out) { mla_forward(mcfg, p, in, out, cache); return NoScalars{}; },
+                [&](auto& p, auto& in, auto& dy, auto& dx, auto& g) { mla_backward(mcfg, p, cache, in, dy, dx, g); });
   }
 }
 

@@ -144,8 +144,12 @@ def mla(P, x, cfg, meta):
     kvr, dn, dr, dv = cfg["mla_kv_lora_rank"], cfg["mla_qk_head_dim"], cfg["mla_qk_pos_head_dim"], cfg["mla_v_head_dim"]
     B, T, _ = x.shape
     eps = cfg["norm_eps"]
-    cq = rmsnorm(x @ P["self_attention.linear_q_down_proj.weight"].T, P["self_attention.linear_q_up_proj.layer_norm_weight"], eps)
-    q = (cq @ P["self_attention.linear_q_up_proj.weight"].T).reshape(B, T, H, dn + dr)
+    if "self_attention.linear_q_proj.weight" in P:  # mla_q_lora_rank == 0: direct projection
+        q = (x @ P["self_attention.linear_q_proj.weight"].T).reshape(B, T, H, dn + dr)
+    else:
+        cq = rmsnorm(x @ P["self_attention.linear_q_down_proj.weight"].T,
+                     P["self_attention.linear_q_up_proj.layer_norm_weight"], eps)
+        q = (cq @ P["self_attention.linear_q_up_proj.weight"].T).reshape(B, T, H, dn + dr)
     ckv = x @ P["self_attention.linear_kv_down_proj.weight"].T
     lat, kpe = torch.split(ckv, [kvr, dr], dim=-1)
     kv = (rmsnorm(lat, P["self_attention.linear_kv_up_proj.layer_norm_weight"], eps)
@@ -219,7 +223,7 @@ def output_layer(P, x, cfg, meta):
     return x @ P["weight"].T, {}
 
 
-LAYERS = {"mamba2": mamba2, "gdn": gdn, "mla": mla, "attention": attention,
+LAYERS = {"mamba2": mamba2, "gdn": gdn, "mla": mla, "mla_direct_q": mla, "attention": attention,
           "attention_window": attention, "mlp": mlp, "moe": moe, "rmsnorm": rmsnorm_layer,
           "output": output_layer}
 

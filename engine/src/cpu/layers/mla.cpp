@@ -25,7 +25,9 @@ MlaDims MlaDims::from(const ModelConfig& cfg) {
   d.v_head_dim = cfg.mla_v_head_dim;
   mixer::require_positive(d.d_model, "hidden", "mla");
   mixer::require_positive(d.nheads, "num_heads", "mla");
-  mixer::require_positive(d.q_lora_rank, "mla_q_lora_rank", "mla");
+  if (d.q_lora_rank < 0)
+    throw std::invalid_argument("mla: mla_q_lora_rank must be >= 0 (0 = direct q projection), got " +
+                                std::to_string(d.q_lora_rank));
   mixer::require_positive(d.kv_lora_rank, "mla_kv_lora_rank", "mla");
   mixer::require_positive(d.qk_head_dim, "mla_qk_head_dim", "mla");
   mixer::require_positive(d.v_head_dim, "mla_v_head_dim", "mla");
@@ -38,7 +40,10 @@ MlaDims MlaDims::from(const ModelConfig& cfg) {
 std::size_t mla_param_count(const ModelConfig& cfg) {
   const MlaDims c = MlaDims::from(cfg);
   auto n = [](long a, long b) { return static_cast<std::size_t>(a * b); };
-  return n(c.q_lora_rank, c.d_model + 1) + n(c.q_up_dim(), c.q_lora_rank) +
+  const std::size_t q = c.q_lora_rank == 0 ? n(c.q_up_dim(), c.d_model)
+                                           : n(c.q_lora_rank, c.d_model + 1) +
+                                                 n(c.q_up_dim(), c.q_lora_rank);
+  return q +
          n(c.kv_down_dim(), c.d_model) + n(c.kv_lora_rank, 1) + n(c.kv_up_dim(), c.kv_lora_rank) +
          n(c.d_model, c.nheads * c.v_head_dim);
 }
@@ -46,13 +51,19 @@ std::size_t mla_param_count(const ModelConfig& cfg) {
 template <class T>
 void mla_init(MlaParams<T>& p, const ModelConfig& cfg, Rng& rng) {
   const MlaDims c = MlaDims::from(cfg);
-  p.q_down = Tensor<T>({c.q_lora_rank, c.d_model});
-  p.q_norm = Tensor<T>({c.q_lora_rank});
-  p.q_up = Tensor<T>({c.q_up_dim(), c.q_lora_rank});
+  p = MlaParams<T>{};
+  if (c.q_lora_rank == 0) {
+    p.q_proj = Tensor<T>({c.q_up_dim(), c.d_model});
+  } else {
+    p.q_down = Tensor<T>({c.q_lora_rank, c.d_model});
+    p.q_norm = Tensor<T>({c.q_lora_rank});
+    p.q_up = Tensor<T>({c.q_up_dim(), c.q_lora_rank});
+  }
   p.kv_down = Tensor<T>({c.kv_down_dim(), c.d_model});
   p.kv_norm = Tensor<T>({c.kv_lora_rank});
   p.kv_up = Tensor<T>({c.kv_up_dim(), c.kv_lora_rank});
   p.proj = Tensor<T>({c.d_model, c.nheads * c.v_head_dim});
+  mixer::fill_normal(p.q_proj, rng, cfg.init_std);
   mixer::fill_normal(p.q_down, rng, cfg.init_std);
   mixer::fill_constant(p.q_norm, 1.0);
   mixer::fill_normal(p.q_up, rng, cfg.init_std);
@@ -85,6 +96,10 @@ void mla_forward(const ModelConfig& cfg, const MlaParams<T>& p, const Tensor<T>&
   const int qr = c.q_lora_rank, kvr = c.kv_lora_rank, dn = c.qk_head_dim, dr = c.qk_pos_dim;
   const int dq = c.qk_dim(), dv = c.v_head_dim, KVD = c.kv_down_dim();
   const T eps = static_cast<T>(cfg.norm_eps);
+  if (qr == 0 ? p.q_proj.size() != static_cast<std::size_t>(c.q_up_dim()) * c.d_model
+              : p.q_up.size() != static_cast<std::size_t>(c.q_up_dim()) * qr)
+    throw std::invalid_argument("mla_forward: parameters do not match mla_q_lora_rank = " +
+                                std::to_string(qr));
   cache.cq = Tensor<T>({B, Tn, qr});
   cache.q_rstd = Tensor<T>({B, Tn});
   cache.cqn = Tensor<T>({B, Tn, qr});
@@ -98,21 +113,26 @@ void mla_forward(const ModelConfig& cfg, const MlaParams<T>& p, const Tensor<T>&
   cache.o = Tensor<T>({B, Tn, H * dv});
   out = Tensor<T>({B, Tn, c.d_model});
 
-  cpu::linear_forward(cache.cq.ptr(), inp.ptr(), p.q_down.ptr(), (const T*)nullptr, N,
-                      c.d_model, qr);
+  Tensor<T> qproj({B, Tn, c.q_up_dim()}), kvproj({B, Tn, c.kv_up_dim()});
+  if (qr == 0) {
+    cpu::linear_forward(qproj.ptr(), inp.ptr(), p.q_proj.ptr(), (const T*)nullptr, N, c.d_model,
+                        c.q_up_dim());
+  } else {
+    cpu::linear_forward(cache.cq.ptr(), inp.ptr(), p.q_down.ptr(), (const T*)nullptr, N,
+                        c.d_model, qr);
+    for (int r = 0; r < N; r++)
+      cache.q_rstd[r] = mixer::rmsnorm_row_forward(
+          cache.cqn.ptr() + static_cast<std::size_t>(r) * qr,
+          cache.cq.ptr() + static_cast<std::size_t>(r) * qr, p.q_norm.ptr(), qr, eps);
+    cpu::linear_forward(qproj.ptr(), cache.cqn.ptr(), p.q_up.ptr(), (const T*)nullptr, N, qr,
+                        c.q_up_dim());
+  }
   cpu::linear_forward(cache.ckv.ptr(), inp.ptr(), p.kv_down.ptr(), (const T*)nullptr, N,
                       c.d_model, KVD);
-  for (int r = 0; r < N; r++) {
-    cache.q_rstd[r] = mixer::rmsnorm_row_forward(cache.cqn.ptr() + static_cast<std::size_t>(r) * qr,
-                                          cache.cq.ptr() + static_cast<std::size_t>(r) * qr,
-                                          p.q_norm.ptr(), qr, eps);
-    cache.kv_rstd[r] = mixer::rmsnorm_row_forward(cache.ckvn.ptr() + static_cast<std::size_t>(r) * kvr,
-                                           cache.ckv.ptr() + static_cast<std::size_t>(r) * KVD,
-                                           p.kv_norm.ptr(), kvr, eps);
-  }
-  Tensor<T> qproj({B, Tn, c.q_up_dim()}), kvproj({B, Tn, c.kv_up_dim()});
-  cpu::linear_forward(qproj.ptr(), cache.cqn.ptr(), p.q_up.ptr(), (const T*)nullptr, N, qr,
-                      c.q_up_dim());
+  for (int r = 0; r < N; r++)
+    cache.kv_rstd[r] = mixer::rmsnorm_row_forward(
+        cache.ckvn.ptr() + static_cast<std::size_t>(r) * kvr,
+        cache.ckv.ptr() + static_cast<std::size_t>(r) * KVD, p.kv_norm.ptr(), kvr, eps);
   cpu::linear_forward(kvproj.ptr(), cache.ckvn.ptr(), p.kv_up.ptr(), (const T*)nullptr, N,
                       kvr, c.kv_up_dim());
   std::vector<T> kpe(static_cast<std::size_t>(dr));
@@ -240,26 +260,32 @@ void mla_backward(const ModelConfig& cfg, const MlaParams<T>& p, const MlaCache<
       }
     }
   }
-  // forward: q = cqn W_qu^T, kv = ckvn W_kvu^T
-  Tensor<T> dcqn({B, Tn, qr}), dckvn({B, Tn, kvr}), dcq({B, Tn, qr});
-  cpu::linear_backward(dcqn.ptr(), grads.q_up.ptr(), (T*)nullptr, dqproj.ptr(),
-                       cache.cqn.ptr(), p.q_up.ptr(), N, qr, c.q_up_dim());
+  if (qr == 0) {
+    // forward: q = inp W_q^T
+    cpu::linear_backward(dinp.ptr(), grads.q_proj.ptr(), (T*)nullptr, dqproj.ptr(), inp.ptr(),
+                         p.q_proj.ptr(), N, c.d_model, c.q_up_dim());
+  } else {
+    // forward: q = cqn W_qu^T, cqn = rmsnorm(cq) * q_norm, cq = inp W_qd^T
+    Tensor<T> dcqn({B, Tn, qr}), dcq({B, Tn, qr});
+    cpu::linear_backward(dcqn.ptr(), grads.q_up.ptr(), (T*)nullptr, dqproj.ptr(),
+                         cache.cqn.ptr(), p.q_up.ptr(), N, qr, c.q_up_dim());
+    for (int r = 0; r < N; r++)
+      mixer::rmsnorm_row_backward(dcq.ptr() + static_cast<std::size_t>(r) * qr,
+                                  grads.q_norm.ptr(), dcqn.ptr() + static_cast<std::size_t>(r) * qr,
+                                  cache.cq.ptr() + static_cast<std::size_t>(r) * qr,
+                                  p.q_norm.ptr(), cache.q_rstd[r], qr);
+    cpu::linear_backward(dinp.ptr(), grads.q_down.ptr(), (T*)nullptr, dcq.ptr(), inp.ptr(),
+                         p.q_down.ptr(), N, c.d_model, qr);
+  }
+  // forward: kv = ckvn W_kvu^T, ckvn = rmsnorm(ckv latent) * kv_norm, ckv = inp W_kvd^T
+  Tensor<T> dckvn({B, Tn, kvr});
   cpu::linear_backward(dckvn.ptr(), grads.kv_up.ptr(), (T*)nullptr, dkvproj.ptr(),
                        cache.ckvn.ptr(), p.kv_up.ptr(), N, kvr, c.kv_up_dim());
-  // forward: cqn = rmsnorm(cq) * q_norm, ckvn = rmsnorm(ckv latent) * kv_norm
-  for (int r = 0; r < N; r++) {
-    mixer::rmsnorm_row_backward(dcq.ptr() + static_cast<std::size_t>(r) * qr, grads.q_norm.ptr(),
-                         dcqn.ptr() + static_cast<std::size_t>(r) * qr,
-                         cache.cq.ptr() + static_cast<std::size_t>(r) * qr,
-                         p.q_norm.ptr(), cache.q_rstd[r], qr);
+  for (int r = 0; r < N; r++)
     mixer::rmsnorm_row_backward(dckv.ptr() + static_cast<std::size_t>(r) * KVD,
-                         grads.kv_norm.ptr(), dckvn.ptr() + static_cast<std::size_t>(r) * kvr,
-                         cache.ckv.ptr() + static_cast<std::size_t>(r) * KVD,
-                         p.kv_norm.ptr(), cache.kv_rstd[r], kvr);
-  }
-  // forward: cq = x W_qd^T, ckv = x W_kvd^T
-  cpu::linear_backward(dinp.ptr(), grads.q_down.ptr(), (T*)nullptr, dcq.ptr(), inp.ptr(),
-                       p.q_down.ptr(), N, c.d_model, qr);
+                                grads.kv_norm.ptr(), dckvn.ptr() + static_cast<std::size_t>(r) * kvr,
+                                cache.ckv.ptr() + static_cast<std::size_t>(r) * KVD,
+                                p.kv_norm.ptr(), cache.kv_rstd[r], kvr);
   cpu::linear_backward(dinp.ptr(), grads.kv_down.ptr(), (T*)nullptr, dckv.ptr(), inp.ptr(),
                        p.kv_down.ptr(), N, c.d_model, KVD);
 }

@@ -14,8 +14,9 @@
 // RoPE, stated: the engine's rotate-half form (math::rope_row, positions 0..T-1 of each sequence,
 // cfg.rope_theta); with cfg.rope == false the dr parts enter the scores unrotated, and dr == 0
 // drops them. Megatron's MLA permutes interleaved rope dims before rotating; importing its
-// weights would permute the q_pe / kpe rows of W_qu / W_kvd accordingly. mla_q_lora_rank must be
-// positive (the direct-q variant is not implemented).
+// weights would permute the q_pe / kpe rows of W_qu / W_kvd accordingly.
+// mla_q_lora_rank == 0 selects Megatron's direct query projection: q = inp W_q^T
+// ("linear_q_proj.weight", (H (dn + dr), C)) with no q latent and no q norm.
 #pragma once
 
 #include <cstddef>
@@ -29,7 +30,7 @@ namespace ht::engine {
 struct MlaDims {
   int d_model = 0;       // C
   int nheads = 0;        // H
-  int q_lora_rank = 0;   // qr
+  int q_lora_rank = 0;   // qr (0 = direct q projection)
   int kv_lora_rank = 0;  // kvr
   int qk_head_dim = 0;   // dn
   int qk_pos_dim = 0;    // dr (even)
@@ -44,7 +45,8 @@ struct MlaDims {
 
 template <class T>
 struct MlaParams {
-  Tensor<T> q_down;   // (qr, C)
+  Tensor<T> q_proj;   // (H (dn + dr), C) only when qr == 0, else empty
+  Tensor<T> q_down;   // (qr, C)          only when qr > 0, else empty
   Tensor<T> q_norm;   // (qr)
   Tensor<T> q_up;     // (H (dn + dr), qr)
   Tensor<T> kv_down;  // (kvr + dr, C)
@@ -53,9 +55,13 @@ struct MlaParams {
   Tensor<T> proj;     // (C, H dv)
   template <class Self, class F>
   static void visit(Self& self, F&& f) {
-    f("self_attention.linear_q_down_proj.weight", self.q_down);
-    f("self_attention.linear_q_up_proj.layer_norm_weight", self.q_norm);
-    f("self_attention.linear_q_up_proj.weight", self.q_up);
+    if (self.q_proj.rank() > 0) {  // the variant is fixed by init; grads are copies of params
+      f("self_attention.linear_q_proj.weight", self.q_proj);
+    } else {
+      f("self_attention.linear_q_down_proj.weight", self.q_down);
+      f("self_attention.linear_q_up_proj.layer_norm_weight", self.q_norm);
+      f("self_attention.linear_q_up_proj.weight", self.q_up);
+    }
     f("self_attention.linear_kv_down_proj.weight", self.kv_down);
     f("self_attention.linear_kv_up_proj.layer_norm_weight", self.kv_norm);
     f("self_attention.linear_kv_up_proj.weight", self.kv_up);
@@ -65,7 +71,7 @@ struct MlaParams {
 
 template <class T>
 struct MlaCache {
-  Tensor<T> cq;       // (B, T, qr) q_down output
+  Tensor<T> cq;       // (B, T, qr) q_down output (empty with the direct q projection)
   Tensor<T> q_rstd;   // (B, T)
   Tensor<T> cqn;      // (B, T, qr) normed, q_up input
   Tensor<T> ckv;      // (B, T, kvr + dr) kv_down output (latent | raw kpe)

@@ -1,0 +1,15 @@
+# A pattern error must exit 2 and print "error: ..." plus the pattern with a caret under the
+# offending character (here the 'E' at position 2 of 'M[EM]').
+execute_process(COMMAND ${BIN} pattern "M[EM]" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 2)
+  message(FATAL_ERROR "expected exit code 2, got ${rc}")
+endif()
+if(NOT err MATCHES "^error: G2 ")
+  message(FATAL_ERROR "expected an 'error: G2' line, got: ${err}")
+endif()
+if(NOT err MATCHES "\n  M\\[EM\\]\n    \\^\n")
+  message(FATAL_ERROR "expected the caret under position 2, got: ${err}")
+endif()
+if(NOT out STREQUAL "")
+  message(FATAL_ERROR "expected nothing on stdout, got: ${out}")
+endif()

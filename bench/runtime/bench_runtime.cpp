@@ -4,6 +4,8 @@
 //  2. the overlap the runtime exists for: microbatch i+1's compute on the compute stream while
 //     the comm stream moves microbatch i's all-to-all (one event chain per microbatch), against
 //     the same work in one chain (sequential). Prints both times and the hidden fraction of comm.
+// Ideal figures: sequential = M * (C + A), overlapped = M * C + A when compute C ~= comm A; the
+// hidden fraction is (sequential - overlapped) / comm measured on rank 0, ideally 1 - 1/M.
 // Usage: bench_runtime [bytes_per_peer_MB=4] [bandwidth_GBps=2] [latency_us=20] [microbatches=8]
 #include <ht/engine/runtime/cpu_world.hpp>
 #include <ht/engine/runtime/event_chain.hpp>
@@ -15,6 +17,7 @@
 #include <cstdlib>
 #include <memory>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 using namespace ht::engine::runtime;
@@ -142,13 +145,26 @@ int main(int argc, char** argv) {
 
     const double comm_s = std::chrono::duration<double>(link.duration(bytes)).count();
     const int rounds = calibrate_rounds(comm_s);  // compute about as long as one all-to-all
-    std::printf("overlap demo: 2 ranks, %d microbatches, compute ~= all-to-all ~= %.3f ms each\n",
-                microbatches, comm_s * 1e3);
-    const auto seq = run_schedule(false, microbatches, rounds, bytes, link);
-    const auto ovl = run_schedule(true, microbatches, rounds, bytes, link);
-    const double hidden = std::clamp((seq.wall_s - ovl.wall_s) / ovl.comm_s, 0.0, 1.0);
-    std::printf("  sequential %8.3f ms   overlapped %8.3f ms   comm (rank 0) %8.3f ms   speedup %.2fx   hidden fraction %.2f\n",
-                seq.wall_s * 1e3, ovl.wall_s * 1e3, ovl.comm_s * 1e3, seq.wall_s / ovl.wall_s, hidden);
+    std::printf("overlap demo: 2 ranks, %d microbatches, compute ~= all-to-all ~= %.3f ms each "
+                "(%u hardware threads; 2 ranks use 4 stream threads)\n",
+                microbatches, comm_s * 1e3, std::thread::hardware_concurrency());
+    // Alternate the two and keep each one's fastest run: on a shared machine the minimum is the
+    // figure least polluted by other processes.
+    OverlapResult seq, ovl;
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto s = run_schedule(false, microbatches, rounds, bytes, link);
+      const auto o = run_schedule(true, microbatches, rounds, bytes, link);
+      if (rep == 0 || s.wall_s < seq.wall_s) seq = s;
+      if (rep == 0 || o.wall_s < ovl.wall_s) ovl = o;
+    }
+    // Comm time from the sequential run, where an all-to-all span is not inflated by waiting
+    // for a peer that is still computing.
+    const double hidden = std::clamp((seq.wall_s - ovl.wall_s) / seq.comm_s, 0.0, 1.0);
+    const double ideal = 1.0 - static_cast<double>(1) / microbatches;
+    std::printf("  sequential %8.3f ms   overlapped %8.3f ms   all-to-all total (rank 0) %8.3f ms\n"
+                "  speedup %.2fx   hidden fraction %.2f (ideal %.2f)\n",
+                seq.wall_s * 1e3, ovl.wall_s * 1e3, seq.comm_s * 1e3, seq.wall_s / ovl.wall_s, hidden,
+                ideal);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

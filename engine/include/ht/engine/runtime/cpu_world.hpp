@@ -53,6 +53,8 @@ class CpuWorld {
   // for the failed one; after all ranks are done, the root cause is rethrown: the failure of the
   // lowest rank that is not itself an Aborted / UpstreamFailure consequence, else the lowest.
   // A world whose run() failed has an aborted transport and cannot run collectives again.
+  // The streams drain after `body` has returned: work must own (or share) what it touches, or
+  // the body must synchronize its streams before its locals go away.
   void run(const std::function<void(RankContext&)>& body);
 
   // Measured spans of all labelled work so far; metadata carries the link model and rank count.

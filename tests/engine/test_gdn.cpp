@@ -2,9 +2,9 @@
 // finite differences (fixed shapes and rapidcheck-chosen shapes, with and without grouped value
 // heads), its rank-1 delta-rule update against the textbook matrix form, causality,
 // determinism and config validation.
-#include <catch2/catch.hpp>
 #include <rapidcheck/catch.h>
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <stdexcept>
 #include <vector>
@@ -112,7 +112,8 @@ TEST_CASE("gdn delta rule equals the matrix form S_t = e^g S (I - b k k^T) + b v
         for (int i = 0; i < dv; ++i)
           for (int j = 0; j < dk; ++j) {
             double acc = 0;
-            for (int l = 0; l < dk; ++l) acc += S[i * dk + l] * ((l == j ? 1.0 : 0.0) - beta * k[l] * k[j]);
+            for (int l = 0; l < dk; ++l)
+              acc += S[i * dk + l] * ((l == j ? 1.0 : 0.0) - beta * k[l] * k[j]);
             next[i * dk + j] = decay * acc + beta * v[i] * k[j];
           }
         S = next;
@@ -140,7 +141,8 @@ TEST_CASE("gdn l2-normalises q and k per head") {
       double ss = 0, raw = 0;
       for (int j = 0; j < 3; ++j) {
         ss += cache.kn[r * 6 + h * 3 + j] * cache.kn[r * 6 + h * 3 + j];
-        raw += cache.qkv[r * 16 + 6 + h * 3 + j] * cache.qkv[r * 16 + 6 + h * 3 + j];  // conv_dim 16, k at 6
+        raw += cache.qkv[r * 16 + 6 + h * 3 + j] *
+               cache.qkv[r * 16 + 6 + h * 3 + j];  // conv_dim 16, k at 6
       }
       CHECK(ss == Approx(raw / (raw + 1e-6)).epsilon(1e-12));
     }

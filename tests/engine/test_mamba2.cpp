@@ -1,9 +1,9 @@
 // Specification of the Mamba2 mixer ('M'): its hand-written backward against float64 finite
 // differences (fixed shape and rapidcheck-chosen shapes), its sequential scan against the
 // quadratic "state-space dual" form, causality, determinism and config validation.
-#include <catch2/catch.hpp>
 #include <rapidcheck/catch.h>
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <stdexcept>
 
@@ -47,10 +47,8 @@ test::FdResult fd_check(const ModelConfig& cfg, int B, int T, std::uint64_t seed
       [&](Mamba2Params<double>& pp, Tensor<double>& in, Tensor<double>& out) {
         mamba2_forward(cfg, pp, in, out, cache);
       },
-      [&](Mamba2Params<double>& pp, Tensor<double>& in, Tensor<double>& dout,
-          Tensor<double>& din, Mamba2Params<double>& g) {
-        mamba2_backward(cfg, pp, cache, in, dout, din, g);
-      });
+      [&](Mamba2Params<double>& pp, Tensor<double>& in, Tensor<double>& dout, Tensor<double>& din,
+          Mamba2Params<double>& g) { mamba2_backward(cfg, pp, cache, in, dout, din, g); });
 }
 
 }  // namespace
@@ -103,12 +101,17 @@ TEST_CASE("mamba2 scan equals the quadratic state-space-dual form") {
       const double A = -std::exp(p.A_log[h]);
       for (int t = 0; t < T; ++t)
         for (int i = 0; i < P; ++i) {
-          auto xbc = [&](int s, int c) { return cache.xbc[(static_cast<std::size_t>(b) * T + s) * Ch + c]; };
-          auto dt = [&](int s) { return cache.dt[(static_cast<std::size_t>(b) * T + s) * d.nheads + h]; };
+          auto xbc = [&](int s, int c) {
+            return cache.xbc[(static_cast<std::size_t>(b) * T + s) * Ch + c];
+          };
+          auto dt = [&](int s) {
+            return cache.dt[(static_cast<std::size_t>(b) * T + s) * d.nheads + h];
+          };
           double y = p.D[h] * xbc(t, h * P + i);
           for (int s = 0; s <= t; ++s) {
             double cb = 0;
-            for (int n = 0; n < N; ++n) cb += xbc(t, DI + d.ngroups * N + g * N + n) * xbc(s, DI + g * N + n);
+            for (int n = 0; n < N; ++n)
+              cb += xbc(t, DI + d.ngroups * N + g * N + n) * xbc(s, DI + g * N + n);
             double decay = 0;
             for (int r = s + 1; r <= t; ++r) decay += dt(r);
             y += cb * std::exp(A * decay) * dt(s) * xbc(s, h * P + i);

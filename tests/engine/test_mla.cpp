@@ -1,13 +1,13 @@
 // Specification of multi-head latent attention ('+'): its hand-written backward against float64
 // finite differences (with and without the rotary part, rapidcheck-chosen shapes), a one-token
 // hand case, causality, determinism and config validation.
-#include <catch2/catch.hpp>
 #include <rapidcheck/catch.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
-#include <string>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "ht/engine/layers/mla.hpp"
@@ -209,8 +209,8 @@ TEST_CASE("mla parameter count and names follow the query variant") {
       names.emplace_back(name);
     });
     CHECK(mla_param_count(cfg) == n);
-    const bool direct = std::find(names.begin(), names.end(),
-                                  "self_attention.linear_q_proj.weight") != names.end();
+    const bool direct =
+        std::find(names.begin(), names.end(), "self_attention.linear_q_proj.weight") != names.end();
     CHECK(direct == (qr == 0));
     CHECK(names.size() == (qr == 0 ? 5u : 7u));
   }

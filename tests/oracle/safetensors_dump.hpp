@@ -10,11 +10,10 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "ht/engine/tensor.hpp"
 
@@ -28,10 +27,14 @@ class SafetensorsDump {
     Entry e;
     e.name = name;
     e.shape = shape;
-    if constexpr (std::is_same_v<T, float>) e.dtype = "F32";
-    else if constexpr (std::is_same_v<T, double>) e.dtype = "F64";
-    else if constexpr (std::is_same_v<T, int>) e.dtype = "I32";
-    else static_assert(sizeof(T) == 0, "unsupported dtype");
+    if constexpr (std::is_same_v<T, float>)
+      e.dtype = "F32";
+    else if constexpr (std::is_same_v<T, double>)
+      e.dtype = "F64";
+    else if constexpr (std::is_same_v<T, int>)
+      e.dtype = "I32";
+    else
+      static_assert(sizeof(T) == 0, "unsupported dtype");
     e.bytes.resize(n * sizeof(T));
     if (n) std::memcpy(e.bytes.data(), data, e.bytes.size());
     for (const auto& other : entries_)

@@ -128,10 +128,10 @@ void gdn_forward(const ModelConfig& cfg, const GdnParams<T>& p, const Tensor<T>&
   cache.gated = Tensor<T>({B, Tn, VD});
   out = Tensor<T>({B, Tn, c.d_model});
 
-  cpu::linear_forward(cache.proj.ptr(), inp.ptr(), p.in_proj.ptr(), (const T*)nullptr, N,
-                      c.d_model, IN);
+  cpu::linear_forward(cache.proj.ptr(), inp.ptr(), p.in_proj.ptr(), (const T*)nullptr, N, c.d_model,
+                      IN);
   mixer::causal_conv_forward(cache.qkv_pre.ptr(), cache.proj.ptr(), IN, p.conv_weight.ptr(),
-                      (const T*)nullptr, B, Tn, Ch, c.d_conv);
+                             (const T*)nullptr, B, Tn, Ch, c.d_conv);
   for (std::size_t i = 0; i < cache.qkv.size(); i++) cache.qkv[i] = math::silu(cache.qkv_pre[i]);
   const T l2eps = static_cast<T>(GdnDims::l2_eps);
   for (int r = 0; r < N; r++) {
@@ -139,7 +139,8 @@ void gdn_forward(const ModelConfig& cfg, const GdnParams<T>& p, const Tensor<T>&
     for (int h = 0; h < Hk; h++)
       for (int which = 0; which < 2; which++) {
         const T* src = row + which * KD + h * dk;
-        T* dst = (which == 0 ? cache.qn : cache.kn).ptr() + static_cast<std::size_t>(r) * KD + h * dk;
+        T* dst =
+            (which == 0 ? cache.qn : cache.kn).ptr() + static_cast<std::size_t>(r) * KD + h * dk;
         T ss = 0;
         for (int j = 0; j < dk; j++) ss += src[j] * src[j];
         T rn = T(1) / std::sqrt(ss + l2eps);
@@ -150,16 +151,16 @@ void gdn_forward(const ModelConfig& cfg, const GdnParams<T>& p, const Tensor<T>&
     for (int h = 0; h < Hv; h++) {
       const std::size_t i = static_cast<std::size_t>(r) * Hv + h;
       cache.beta[i] = math::sigmoid(pr[2 * KD + 2 * VD + h]);
-      cache.g[i] = -std::exp(p.A_log[h]) * math::softplus(pr[2 * KD + 2 * VD + Hv + h] + p.dt_bias[h]);
+      cache.g[i] =
+          -std::exp(p.A_log[h]) * math::softplus(pr[2 * KD + 2 * VD + Hv + h] + p.dt_bias[h]);
     }
   }
   for (int b = 0; b < B; b++)
     for (int h = 0; h < Hv; h++) {
       const std::size_t r0 = static_cast<std::size_t>(b) * Tn;
       delta_rule_head(c, cache.qn.ptr() + r0 * KD, cache.kn.ptr() + r0 * KD,
-                                  cache.qkv.ptr() + r0 * Ch, cache.beta.ptr() + r0 * Hv,
-                                  cache.g.ptr() + r0 * Hv, cache.o.ptr() + r0 * VD, (T*)nullptr,
-                                  Tn, h);
+                      cache.qkv.ptr() + r0 * Ch, cache.beta.ptr() + r0 * Hv,
+                      cache.g.ptr() + r0 * Hv, cache.o.ptr() + r0 * VD, (T*)nullptr, Tn, h);
     }
   const T eps = static_cast<T>(cfg.norm_eps);
   for (int r = 0; r < N; r++)
@@ -171,8 +172,8 @@ void gdn_forward(const ModelConfig& cfg, const GdnParams<T>& p, const Tensor<T>&
           mixer::rmsnorm_row_forward(gt, cache.o.ptr() + o, p.out_norm.ptr(), dv, eps);
       for (int i = 0; i < dv; i++) gt[i] *= math::silu(z[i]);
     }
-  cpu::linear_forward(out.ptr(), cache.gated.ptr(), p.out_proj.ptr(), (const T*)nullptr, N,
-                      VD, c.d_model);
+  cpu::linear_forward(out.ptr(), cache.gated.ptr(), p.out_proj.ptr(), (const T*)nullptr, N, VD,
+                      c.d_model);
 }
 
 template <class T>
@@ -207,7 +208,7 @@ void gdn_backward(const ModelConfig& cfg, const GdnParams<T>& p, const GdnCache<
         dproj[zo + i] += dgated[o + i] * normed[i] * math::silu_grad(z);
       }
       mixer::rmsnorm_row_backward(do_.ptr() + o, grads.out_norm.ptr(), dnormed.data(),
-                           cache.o.ptr() + o, p.out_norm.ptr(), rstd, dv);
+                                  cache.o.ptr() + o, p.out_norm.ptr(), rstd, dv);
     }
 
   // The recurrence, reverse time, per (b, value head); states recomputed.
@@ -223,8 +224,8 @@ void gdn_backward(const ModelConfig& cfg, const GdnParams<T>& p, const GdnCache<
       const std::size_t r0 = static_cast<std::size_t>(b) * Tn;
       states.assign(static_cast<std::size_t>(Tn + 1) * SS, T(0));
       delta_rule_head(c, cache.qn.ptr() + r0 * KD, cache.kn.ptr() + r0 * KD,
-                                  cache.qkv.ptr() + r0 * Ch, cache.beta.ptr() + r0 * Hv,
-                                  cache.g.ptr() + r0 * Hv, oscratch.ptr(), states.data(), Tn, hv);
+                      cache.qkv.ptr() + r0 * Ch, cache.beta.ptr() + r0 * Hv,
+                      cache.g.ptr() + r0 * Hv, oscratch.ptr(), states.data(), Tn, hv);
       std::fill(dS.begin(), dS.end(), T(0));
       for (int t = Tn - 1; t >= 0; t--) {
         const std::size_t r = r0 + t;
@@ -302,7 +303,8 @@ void gdn_backward(const ModelConfig& cfg, const GdnParams<T>& p, const GdnCache<
         const std::size_t o = static_cast<std::size_t>(r) * KD + h * dk;
         const T* xn = (which == 0 ? cache.qn : cache.kn).ptr() + o;
         const T* dxn = (which == 0 ? dqn : dkn).ptr() + o;
-        const T rn = (which == 0 ? cache.q_rnorm : cache.k_rnorm)[static_cast<std::size_t>(r) * Hk + h];
+        const T rn =
+            (which == 0 ? cache.q_rnorm : cache.k_rnorm)[static_cast<std::size_t>(r) * Hk + h];
         T dot = 0;
         for (int j = 0; j < dk; j++) dot += xn[j] * dxn[j];
         T* dst = dqkv.ptr() + static_cast<std::size_t>(r) * Ch + which * KD + h * dk;
@@ -315,17 +317,17 @@ void gdn_backward(const ModelConfig& cfg, const GdnParams<T>& p, const GdnCache<
     dqkv_pre[i] = dqkv[i] * math::silu_grad(cache.qkv_pre[i]);
   // forward: qkv_pre = causal_conv(proj[q|k|v])
   mixer::causal_conv_backward(dproj.ptr(), grads.conv_weight.ptr(), (T*)nullptr, dqkv_pre.ptr(),
-                       cache.proj.ptr(), IN, p.conv_weight.ptr(), B, Tn, Ch, c.d_conv);
+                              cache.proj.ptr(), IN, p.conv_weight.ptr(), B, Tn, Ch, c.d_conv);
   // forward: proj = x W_in^T
   cpu::linear_backward(dinp.ptr(), grads.in_proj.ptr(), (T*)nullptr, dproj.ptr(), inp.ptr(),
                        p.in_proj.ptr(), N, c.d_model, IN);
 }
 
-#define HT_GDN_INSTANTIATE(T)                                                                 \
-  template void gdn_init<T>(GdnParams<T>&, const ModelConfig&, Rng&);                         \
-  template void gdn_forward<T>(const ModelConfig&, const GdnParams<T>&, const Tensor<T>&,     \
-                               Tensor<T>&, GdnCache<T>&);                                     \
-  template void gdn_backward<T>(const ModelConfig&, const GdnParams<T>&, const GdnCache<T>&,  \
+#define HT_GDN_INSTANTIATE(T)                                                                \
+  template void gdn_init<T>(GdnParams<T>&, const ModelConfig&, Rng&);                        \
+  template void gdn_forward<T>(const ModelConfig&, const GdnParams<T>&, const Tensor<T>&,    \
+                               Tensor<T>&, GdnCache<T>&);                                    \
+  template void gdn_backward<T>(const ModelConfig&, const GdnParams<T>&, const GdnCache<T>&, \
                                 const Tensor<T>&, const Tensor<T>&, Tensor<T>&, GdnParams<T>&);
 HT_GDN_INSTANTIATE(float)
 HT_GDN_INSTANTIATE(double)

@@ -96,7 +96,8 @@ void scan_head(const Mamba2Dims& c, const Mamba2Params<T>& p, const T* xbc, cons
       yt[i] = acc + Dh * xt[i];
     }
     if (states)
-      std::copy(state.begin(), state.end(), states + static_cast<std::size_t>(t + 1) * state.size());
+      std::copy(state.begin(), state.end(),
+                states + static_cast<std::size_t>(t + 1) * state.size());
   }
 }
 
@@ -107,8 +108,8 @@ void mamba2_forward(const ModelConfig& cfg, const Mamba2Params<T>& p, const Tens
                     Tensor<T>& out, Mamba2Cache<T>& cache) {
   const Mamba2Dims c = Mamba2Dims::from(cfg);
   if (inp.rank() != 3 || inp.dim(2) != c.d_model)
-    throw std::invalid_argument("mamba2_forward: inp must be (B, T, " +
-                                std::to_string(c.d_model) + ")");
+    throw std::invalid_argument("mamba2_forward: inp must be (B, T, " + std::to_string(c.d_model) +
+                                ")");
   const int B = inp.dim(0), Tn = inp.dim(1), N = B * Tn;
   const int DI = c.d_inner(), Ch = c.conv_dim(), IN = c.in_proj_dim(), H = c.nheads;
   const int G = c.ngroups, GS = DI / G;
@@ -123,8 +124,8 @@ void mamba2_forward(const ModelConfig& cfg, const Mamba2Params<T>& p, const Tens
 
   cpu::linear_forward(cache.zxbcdt.ptr(), inp.ptr(), p.in_proj.ptr(), (const T*)nullptr, N,
                       c.d_model, IN);
-  mixer::causal_conv_forward(cache.xbc_pre.ptr(), cache.zxbcdt.ptr() + DI, IN,
-                             p.conv_weight.ptr(), p.conv_bias.ptr(), B, Tn, Ch, c.d_conv);
+  mixer::causal_conv_forward(cache.xbc_pre.ptr(), cache.zxbcdt.ptr() + DI, IN, p.conv_weight.ptr(),
+                             p.conv_bias.ptr(), B, Tn, Ch, c.d_conv);
   for (std::size_t i = 0; i < cache.xbc.size(); i++) cache.xbc[i] = math::silu(cache.xbc_pre[i]);
   for (int r = 0; r < N; r++)
     for (int h = 0; h < H; h++)
@@ -194,8 +195,8 @@ void mamba2_backward(const ModelConfig& cfg, const Mamba2Params<T>& p, const Mam
       const std::size_t xo = static_cast<std::size_t>(b) * Tn * Ch;
       const std::size_t dto = static_cast<std::size_t>(b) * Tn * H;
       states.assign(static_cast<std::size_t>(Tn + 1) * SS, T(0));
-      scan_head(c, p, cache.xbc.ptr() + xo, cache.dt.ptr() + dto, yscratch.ptr(), states.data(),
-                Tn, h);
+      scan_head(c, p, cache.xbc.ptr() + xo, cache.dt.ptr() + dto, yscratch.ptr(), states.data(), Tn,
+                h);
       const int g = h / (H / G);
       const T A = -std::exp(p.A_log[h]);
       T dA = 0;
@@ -266,12 +267,12 @@ void mamba2_backward(const ModelConfig& cfg, const Mamba2Params<T>& p, const Mam
                        p.in_proj.ptr(), N, c.d_model, IN);
 }
 
-#define HT_MAMBA2_INSTANTIATE(T)                                                              \
-  template void mamba2_init<T>(Mamba2Params<T>&, const ModelConfig&, Rng&);                   \
+#define HT_MAMBA2_INSTANTIATE(T)                                                                \
+  template void mamba2_init<T>(Mamba2Params<T>&, const ModelConfig&, Rng&);                     \
   template void mamba2_forward<T>(const ModelConfig&, const Mamba2Params<T>&, const Tensor<T>&, \
-                                  Tensor<T>&, Mamba2Cache<T>&);                               \
-  template void mamba2_backward<T>(const ModelConfig&, const Mamba2Params<T>&,                \
-                                   const Mamba2Cache<T>&, const Tensor<T>&, const Tensor<T>&, \
+                                  Tensor<T>&, Mamba2Cache<T>&);                                 \
+  template void mamba2_backward<T>(const ModelConfig&, const Mamba2Params<T>&,                  \
+                                   const Mamba2Cache<T>&, const Tensor<T>&, const Tensor<T>&,   \
                                    Tensor<T>&, Mamba2Params<T>&);
 HT_MAMBA2_INSTANTIATE(float)
 HT_MAMBA2_INSTANTIATE(double)

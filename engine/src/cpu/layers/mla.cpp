@@ -26,8 +26,9 @@ MlaDims MlaDims::from(const ModelConfig& cfg) {
   mixer::require_positive(d.d_model, "hidden", "mla");
   mixer::require_positive(d.nheads, "num_heads", "mla");
   if (d.q_lora_rank < 0)
-    throw std::invalid_argument("mla: mla_q_lora_rank must be >= 0 (0 = direct q projection), got " +
-                                std::to_string(d.q_lora_rank));
+    throw std::invalid_argument(
+        "mla: mla_q_lora_rank must be >= 0 (0 = direct q projection), got " +
+        std::to_string(d.q_lora_rank));
   mixer::require_positive(d.kv_lora_rank, "mla_kv_lora_rank", "mla");
   mixer::require_positive(d.qk_head_dim, "mla_qk_head_dim", "mla");
   mixer::require_positive(d.v_head_dim, "mla_v_head_dim", "mla");
@@ -40,12 +41,11 @@ MlaDims MlaDims::from(const ModelConfig& cfg) {
 std::size_t mla_param_count(const ModelConfig& cfg) {
   const MlaDims c = MlaDims::from(cfg);
   auto n = [](long a, long b) { return static_cast<std::size_t>(a * b); };
-  const std::size_t q = c.q_lora_rank == 0 ? n(c.q_up_dim(), c.d_model)
-                                           : n(c.q_lora_rank, c.d_model + 1) +
-                                                 n(c.q_up_dim(), c.q_lora_rank);
-  return q +
-         n(c.kv_down_dim(), c.d_model) + n(c.kv_lora_rank, 1) + n(c.kv_up_dim(), c.kv_lora_rank) +
-         n(c.d_model, c.nheads * c.v_head_dim);
+  const std::size_t q = c.q_lora_rank == 0
+                            ? n(c.q_up_dim(), c.d_model)
+                            : n(c.q_lora_rank, c.d_model + 1) + n(c.q_up_dim(), c.q_lora_rank);
+  return q + n(c.kv_down_dim(), c.d_model) + n(c.kv_lora_rank, 1) +
+         n(c.kv_up_dim(), c.kv_lora_rank) + n(c.d_model, c.nheads * c.v_head_dim);
 }
 
 template <class T>
@@ -118,8 +118,8 @@ void mla_forward(const ModelConfig& cfg, const MlaParams<T>& p, const Tensor<T>&
     cpu::linear_forward(qproj.ptr(), inp.ptr(), p.q_proj.ptr(), (const T*)nullptr, N, c.d_model,
                         c.q_up_dim());
   } else {
-    cpu::linear_forward(cache.cq.ptr(), inp.ptr(), p.q_down.ptr(), (const T*)nullptr, N,
-                        c.d_model, qr);
+    cpu::linear_forward(cache.cq.ptr(), inp.ptr(), p.q_down.ptr(), (const T*)nullptr, N, c.d_model,
+                        qr);
     for (int r = 0; r < N; r++)
       cache.q_rstd[r] = mixer::rmsnorm_row_forward(
           cache.cqn.ptr() + static_cast<std::size_t>(r) * qr,
@@ -127,20 +127,20 @@ void mla_forward(const ModelConfig& cfg, const MlaParams<T>& p, const Tensor<T>&
     cpu::linear_forward(qproj.ptr(), cache.cqn.ptr(), p.q_up.ptr(), (const T*)nullptr, N, qr,
                         c.q_up_dim());
   }
-  cpu::linear_forward(cache.ckv.ptr(), inp.ptr(), p.kv_down.ptr(), (const T*)nullptr, N,
-                      c.d_model, KVD);
+  cpu::linear_forward(cache.ckv.ptr(), inp.ptr(), p.kv_down.ptr(), (const T*)nullptr, N, c.d_model,
+                      KVD);
   for (int r = 0; r < N; r++)
     cache.kv_rstd[r] = mixer::rmsnorm_row_forward(
         cache.ckvn.ptr() + static_cast<std::size_t>(r) * kvr,
         cache.ckv.ptr() + static_cast<std::size_t>(r) * KVD, p.kv_norm.ptr(), kvr, eps);
-  cpu::linear_forward(kvproj.ptr(), cache.ckvn.ptr(), p.kv_up.ptr(), (const T*)nullptr, N,
-                      kvr, c.kv_up_dim());
+  cpu::linear_forward(kvproj.ptr(), cache.ckvn.ptr(), p.kv_up.ptr(), (const T*)nullptr, N, kvr,
+                      c.kv_up_dim());
   std::vector<T> kpe(static_cast<std::size_t>(dr));
   for (int r = 0; r < N; r++) {
     const int t = r % Tn;
     if (dr > 0)
-      rope_copy(cfg, kpe.data(), cache.ckv.ptr() + static_cast<std::size_t>(r) * KVD + kvr, dr,
-                       t, false);
+      rope_copy(cfg, kpe.data(), cache.ckv.ptr() + static_cast<std::size_t>(r) * KVD + kvr, dr, t,
+                false);
     for (int h = 0; h < H; h++) {
       T* Qh = cache.Q.ptr() + (static_cast<std::size_t>(r) * H + h) * dq;
       T* Kh = cache.K.ptr() + (static_cast<std::size_t>(r) * H + h) * dq;
@@ -180,8 +180,8 @@ void mla_forward(const ModelConfig& cfg, const MlaParams<T>& p, const Tensor<T>&
           for (int j = 0; j < dv; j++) o[j] += a[s] * v[j];
         }
       }
-  cpu::linear_forward(out.ptr(), cache.o.ptr(), p.proj.ptr(), (const T*)nullptr, N,
-                      H * dv, c.d_model);
+  cpu::linear_forward(out.ptr(), cache.o.ptr(), p.proj.ptr(), (const T*)nullptr, N, H * dv,
+                      c.d_model);
 }
 
 template <class T>
@@ -196,8 +196,8 @@ void mla_backward(const ModelConfig& cfg, const MlaParams<T>& p, const MlaCache<
   Tensor<T> dQ({B, Tn, H, dq}), dK({B, Tn, H, dq}), dV({B, Tn, H, dv});
 
   // forward: out = o W_o^T
-  cpu::linear_backward(d_o.ptr(), grads.proj.ptr(), (T*)nullptr, dout.ptr(),
-                       cache.o.ptr(), p.proj.ptr(), N, H * dv, c.d_model);
+  cpu::linear_backward(d_o.ptr(), grads.proj.ptr(), (T*)nullptr, dout.ptr(), cache.o.ptr(),
+                       p.proj.ptr(), N, H * dv, c.d_model);
   // forward: o_t = sum_s att[t,s] V_s, att = softmax(scale Q_t K_s), s <= t
   const T scale = T(1) / std::sqrt(static_cast<T>(dq));
   std::vector<T> datt(static_cast<std::size_t>(Tn));
@@ -267,34 +267,34 @@ void mla_backward(const ModelConfig& cfg, const MlaParams<T>& p, const MlaCache<
   } else {
     // forward: q = cqn W_qu^T, cqn = rmsnorm(cq) * q_norm, cq = inp W_qd^T
     Tensor<T> dcqn({B, Tn, qr}), dcq({B, Tn, qr});
-    cpu::linear_backward(dcqn.ptr(), grads.q_up.ptr(), (T*)nullptr, dqproj.ptr(),
-                         cache.cqn.ptr(), p.q_up.ptr(), N, qr, c.q_up_dim());
+    cpu::linear_backward(dcqn.ptr(), grads.q_up.ptr(), (T*)nullptr, dqproj.ptr(), cache.cqn.ptr(),
+                         p.q_up.ptr(), N, qr, c.q_up_dim());
     for (int r = 0; r < N; r++)
-      mixer::rmsnorm_row_backward(dcq.ptr() + static_cast<std::size_t>(r) * qr,
-                                  grads.q_norm.ptr(), dcqn.ptr() + static_cast<std::size_t>(r) * qr,
-                                  cache.cq.ptr() + static_cast<std::size_t>(r) * qr,
-                                  p.q_norm.ptr(), cache.q_rstd[r], qr);
+      mixer::rmsnorm_row_backward(dcq.ptr() + static_cast<std::size_t>(r) * qr, grads.q_norm.ptr(),
+                                  dcqn.ptr() + static_cast<std::size_t>(r) * qr,
+                                  cache.cq.ptr() + static_cast<std::size_t>(r) * qr, p.q_norm.ptr(),
+                                  cache.q_rstd[r], qr);
     cpu::linear_backward(dinp.ptr(), grads.q_down.ptr(), (T*)nullptr, dcq.ptr(), inp.ptr(),
                          p.q_down.ptr(), N, c.d_model, qr);
   }
   // forward: kv = ckvn W_kvu^T, ckvn = rmsnorm(ckv latent) * kv_norm, ckv = inp W_kvd^T
   Tensor<T> dckvn({B, Tn, kvr});
-  cpu::linear_backward(dckvn.ptr(), grads.kv_up.ptr(), (T*)nullptr, dkvproj.ptr(),
-                       cache.ckvn.ptr(), p.kv_up.ptr(), N, kvr, c.kv_up_dim());
+  cpu::linear_backward(dckvn.ptr(), grads.kv_up.ptr(), (T*)nullptr, dkvproj.ptr(), cache.ckvn.ptr(),
+                       p.kv_up.ptr(), N, kvr, c.kv_up_dim());
   for (int r = 0; r < N; r++)
-    mixer::rmsnorm_row_backward(dckv.ptr() + static_cast<std::size_t>(r) * KVD,
-                                grads.kv_norm.ptr(), dckvn.ptr() + static_cast<std::size_t>(r) * kvr,
+    mixer::rmsnorm_row_backward(dckv.ptr() + static_cast<std::size_t>(r) * KVD, grads.kv_norm.ptr(),
+                                dckvn.ptr() + static_cast<std::size_t>(r) * kvr,
                                 cache.ckv.ptr() + static_cast<std::size_t>(r) * KVD,
                                 p.kv_norm.ptr(), cache.kv_rstd[r], kvr);
   cpu::linear_backward(dinp.ptr(), grads.kv_down.ptr(), (T*)nullptr, dckv.ptr(), inp.ptr(),
                        p.kv_down.ptr(), N, c.d_model, KVD);
 }
 
-#define HT_MLA_INSTANTIATE(T)                                                                 \
-  template void mla_init<T>(MlaParams<T>&, const ModelConfig&, Rng&);                         \
-  template void mla_forward<T>(const ModelConfig&, const MlaParams<T>&, const Tensor<T>&,     \
-                               Tensor<T>&, MlaCache<T>&);                                     \
-  template void mla_backward<T>(const ModelConfig&, const MlaParams<T>&, const MlaCache<T>&,  \
+#define HT_MLA_INSTANTIATE(T)                                                                \
+  template void mla_init<T>(MlaParams<T>&, const ModelConfig&, Rng&);                        \
+  template void mla_forward<T>(const ModelConfig&, const MlaParams<T>&, const Tensor<T>&,    \
+                               Tensor<T>&, MlaCache<T>&);                                    \
+  template void mla_backward<T>(const ModelConfig&, const MlaParams<T>&, const MlaCache<T>&, \
                                 const Tensor<T>&, const Tensor<T>&, Tensor<T>&, MlaParams<T>&);
 HT_MLA_INSTANTIATE(float)
 HT_MLA_INSTANTIATE(double)

@@ -3,13 +3,14 @@
 // Reference: megatron-hybrid.md 5.1. inp, out (B, T, C); Hk q/k heads of dk, Hv value heads of
 // dv (Hv a multiple of Hk), K conv taps.
 //
-//   proj  = inp W_in^T   split as q (Hk dk) | k (Hk dk) | v (Hv dv) | z (Hv dv) | beta (Hv) | alpha (Hv)
+//   proj  = inp W_in^T, split as
+//           q (Hk dk) | k (Hk dk) | v (Hv dv) | z (Hv dv) | beta (Hv) | alpha (Hv)
 //   qkv   = silu(causal_depthwise_conv(q | k | v))          (no conv bias)
 //   q, k  = per-head l2norm: x / sqrt(sum x^2 + 1e-6)
-//   beta  = sigmoid(beta),  g = -exp(A_log) * softplus(alpha + dt_bias)      (per value head)
-//   S_t   = exp(g_t) S_{t-1} (I - beta_t k_t k_t^T) + beta_t v_t k_t^T      S is (dv, dk), S_0 = 0
+//   beta  = sigmoid(beta),  g = -exp(A_log) * softplus(alpha + dt_bias)     (per value head)
+//   S_t   = exp(g_t) S_{t-1} (I - beta_t k_t k_t^T) + beta_t v_t k_t^T     S is (dv, dk), S_0 = 0
 //   o_t   = S_t q_t / sqrt(dk)
-//   gated = rmsnorm(o) * norm_weight * silu(z)       per value head over dv, weight (dv) shared
+//   gated = rmsnorm(o) * norm_weight * silu(z)      per value head over dv, weight (dv) shared
 //   out   = gated W_out^T
 //
 // Choices, stated: q is scaled by 1/sqrt(dk) (the default scale of the chunked gated delta rule

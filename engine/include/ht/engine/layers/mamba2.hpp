@@ -4,8 +4,8 @@
 // inp, out (B, T, C). H heads of P channels (d_inner = H P), N state size, G groups, K conv.
 //
 //   zxbcdt = inp W_in^T               split as z (d_inner) | xBC (conv_dim) | dt (H)
-//   xBC    = silu(causal_depthwise_conv(xBC) + conv_bias)   split as x (d_inner) | B (G N) | C (G N)
-//   dt     = softplus(dt + dt_bias),  A = -exp(A_log)                      (per head)
+//   xBC    = silu(causal_depthwise_conv(xBC) + conv_bias), split as x (d_inner) | B (G N) | C (G N)
+//   dt     = softplus(dt + dt_bias),  A = -exp(A_log)                     (per head)
 //   h_t    = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T      h is (P, N) per head, h_0 = 0
 //   y_t    = h_t C_t + D x_t
 //   normed = rmsnorm_per_group(y * silu(z)) * norm_weight
@@ -68,7 +68,7 @@ struct Mamba2Params {
 // (sequence, head), since T+1 states of P*N per head would dominate the memory.
 template <class T>
 struct Mamba2Cache {
-  Tensor<T> zxbcdt;   // (B, T, in_proj_dim) in_proj output: z | xBC before conv | dt before softplus
+  Tensor<T> zxbcdt;   // (B, T, in_proj_dim) in_proj output: z | xBC (pre-conv) | dt (pre-softplus)
   Tensor<T> xbc_pre;  // (B, T, conv_dim) conv output before SiLU
   Tensor<T> xbc;      // (B, T, conv_dim) after SiLU: the scan's x | B | C
   Tensor<T> dt;       // (B, T, H) softplus(dt + dt_bias)

@@ -121,5 +121,5 @@ TEST_CASE("durations parse with units and print in the largest fitting unit", "[
   CHECK(format_seconds(0.0125) == "12.500 ms");
   CHECK(format_seconds(2.5) == "2.500 s");
   CHECK(format_seconds(3.5e-7) == "350.000 ns");
-  CHECK(format_seconds(0) == "0.000 s");
+  CHECK(format_seconds(0) == "0");
 }

@@ -35,9 +35,16 @@ using json = nlohmann::json;
 class ChunkedFile {
  public:
   explicit ChunkedFile(std::FILE* f) : file_(f), buffer_(1 << 20) {}
-  bool at_end() {
-    if (pos_ < len_) return false;
-    if (eof_) return true;
+  // The per-character test stays tiny so the lexer's loop can inline it; refilling is rare.
+  bool at_end() { return pos_ >= len_ && !refill(); }
+  char current() const { return buffer_[pos_]; }
+  void advance() { ++pos_; }
+  std::uint64_t bytes() const { return bytes_; }
+  bool failed() const { return failed_; }
+
+ private:
+  [[gnu::noinline]] bool refill() {
+    if (eof_) return false;
     len_ = std::fread(buffer_.data(), 1, buffer_.size(), file_);
     pos_ = 0;
     bytes_ += len_;
@@ -45,14 +52,9 @@ class ChunkedFile {
       if (std::ferror(file_)) failed_ = true;
       eof_ = true;
     }
-    return len_ == 0;
+    return len_ > 0;
   }
-  char current() const { return buffer_[pos_]; }
-  void advance() { ++pos_; }
-  std::uint64_t bytes() const { return bytes_; }
-  bool failed() const { return failed_; }
 
- private:
   std::FILE* file_;
   std::vector<char> buffer_;
   std::size_t pos_ = 0, len_ = 0;

@@ -50,6 +50,7 @@ std::string format_seconds(double seconds) {
   } else {
     v = seconds * 1e9, unit = "ns";
   }
+  if (seconds == 0) return "0";
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.3f %s", v, unit);
   return buf;

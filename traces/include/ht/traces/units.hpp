@@ -11,7 +11,8 @@ namespace ht::traces {
 // (Argument) on anything else, including non-finite values.
 double parse_seconds(std::string_view text);
 
-// Fixed 3-decimal rendering in the largest unit (s, ms, us, ns) that keeps the value >= 1.
+// Fixed 3-decimal rendering in the largest unit (s, ms, us, ns) that keeps the value >= 1;
+// zero is "0".
 std::string format_seconds(double seconds);
 
 }  // namespace ht::traces

@@ -9,8 +9,10 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <numeric>
 #include <span>
+#include <stdexcept>
 #include <vector>
 
 #include "runtime_test_support.hpp"
@@ -375,4 +377,47 @@ TEST_CASE("transport options are validated", "[runtime][transport]") {
   CHECK_THROWS_AS(InProcTransport(0), RuntimeError);
   CHECK_THROWS_AS(InProcTransport(2, TransportOptions{LinkModel{-1.0, 0}, kDefaultDeadlockTimeout}), RuntimeError);
   CHECK_THROWS_AS(InProcTransport(2, TransportOptions{LinkModel{}, std::chrono::milliseconds(0)}), RuntimeError);
+}
+
+TEST_CASE("ranks issuing the same sequence of collectives on overlapping groups never deadlock",
+          "[runtime][transport][property]") {
+  rc::prop("random op sequences over EP pairs and one DP group", [] {
+    const auto length = static_cast<std::size_t>(*rc::gen::inRange(0, 16));
+    const auto ops = *rc::gen::container<std::vector<int>>(length, rc::gen::inRange(0, 3));
+    InProcTransport t(4, TransportOptions{LinkModel{}, std::chrono::seconds(20)});
+    std::vector<std::unique_ptr<Communicator>> ep;  // member of {0,1} or {2,3}, by global rank
+    for (auto& c : t.create_group("ep0", {0, 1})) ep.push_back(std::move(c));
+    for (auto& c : t.create_group("ep1", {2, 3})) ep.push_back(std::move(c));
+    auto dp = t.create_group("dp", {0, 1, 2, 3});
+    auto pp = t.create_group("pp", {1, 2});
+    rethrow_first(run_ranks(4, [&](int r) {
+      auto& e = *ep[static_cast<std::size_t>(r)];
+      for (std::size_t step = 0; step < ops.size(); ++step) {
+        const auto st = static_cast<int>(step);
+        if (ops[step] == 0) {  // EP all-to-all: each sends its global rank and step to the peer
+          std::vector<std::vector<int>> send(2);
+          send[static_cast<std::size_t>(1 - e.rank())] = {r, st};
+          const auto got = e.all_to_all_v(send, "dispatch");
+          const int peer = e.global_rank(1 - e.rank());
+          if (got[static_cast<std::size_t>(1 - e.rank())] != std::vector<int>{peer, st}) {
+            throw std::runtime_error("wrong all-to-all payload");
+          }
+        } else if (ops[step] == 1) {  // DP all-reduce of (rank + step): 0+1+2+3 + 4*step
+          float x = static_cast<float>(r + st);
+          dp[static_cast<std::size_t>(r)]->all_reduce_sum(&x, 1, "grads");
+          if (x != static_cast<float>(6 + 4 * st)) throw std::runtime_error("wrong all-reduce sum");
+        } else if (r == 1 || r == 2) {  // pipeline pair: 1 sends, 2 receives (buffered)
+          auto& p = *pp[static_cast<std::size_t>(r - 1)];
+          std::vector<int> v{st};
+          if (r == 1) {
+            p.send<int>(1, st, v);
+          } else {
+            std::vector<int> in(1);
+            p.recv<int>(0, st, in);
+            if (in != v) throw std::runtime_error("wrong p2p payload");
+          }
+        }
+      }
+    }));
+  });
 }

@@ -25,6 +25,7 @@ struct ChainKey {
   auto operator<=>(const ChainKey&) const = default;
 };
 
+// Owned by one rank's host thread (not thread-safe), like the plan it issues.
 class EventChains {
  public:
   using EventFactory = std::function<std::unique_ptr<Event>()>;

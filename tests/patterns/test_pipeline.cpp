@@ -207,7 +207,11 @@ TEST_CASE("logical_offset_of a physical offset inside a group is G4", "[patterns
   CHECK(rule_code(error_of([&] { (void)logical_offset_of(p, 3); }).rule()) == "G4");
 }
 
-TEST_CASE("logical_offset_of a physical offset outside [0, N] is out of range, not a group cut", "[patterns][pipeline]") {
+TEST_CASE("logical_offset_of a physical offset past the end is out of range, not a group cut", "[patterns][pipeline]") {
   const ParsedPattern p = parse("[*-][*E]M");
   CHECK(rule_code(error_of([&] { (void)logical_offset_of(p, 6); }).rule()) != "G4");
+}
+
+TEST_CASE("a virtual pipeline size that disagrees with the segment count is R8", "[patterns][pipeline][R8]") {
+  CHECK(rule_code(error_of([] { (void)allocate_stages(parse("M|M|M|M"), pipes(2, 3)); }).rule()) == "R8");
 }

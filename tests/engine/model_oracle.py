@@ -68,24 +68,20 @@ def roll(x):
     return y
 
 
-def main():
-    dump = Path(sys.argv[1])
-    manifest = json.loads((dump / "ckpt" / "manifest.json").read_text())
-    cfg, pattern = manifest["config"], manifest["pattern"]
-    _, W = L.read_safetensors(dump / "ckpt" / "model.safetensors")
-    _, E = L.read_safetensors(dump / "engine.safetensors")
-    P = {k: v.to(torch.float64).requires_grad_() for k, v in W.items()}
-    tokens, targets = E["tokens"].long(), E["targets"].long()
+def forward(P, cfg, pattern, tokens, targets):
+    """The hybrid model's losses from parameters P (checkpoint keys -> tensors) and a batch.
+    Returns (total, parts) with parts holding logits, per-depth MTP logits and every loss term."""
     B, T = tokens.shape
     main_pat, *mtp_parts = pattern.split("/")
     eps = cfg["norm_eps"]
+    dt = P["output_layer.weight"].dtype
 
     def ce(logits, tgt, weights):
         lp = torch.log_softmax(logits, dim=-1)
         return -(lp.gather(-1, tgt[..., None]).squeeze(-1) * weights).sum()
 
-    aux = torch.zeros((), dtype=torch.float64)
-    z = torch.zeros((), dtype=torch.float64)
+    aux = torch.zeros((), dtype=dt)
+    z = torch.zeros((), dtype=dt)
     emb = P["embedding.word_embeddings.weight"]
     h = emb[tokens]
     for sym, logical in physical_layers(main_pat):
@@ -95,7 +91,7 @@ def main():
     hf = L.rmsnorm(h, P[fn_key], eps)
     out_w = P["output_layer.weight"]
     logits = hf @ out_w.T
-    lm = ce(logits, targets, torch.full((B, T), 1.0 / (B * T), dtype=torch.float64))
+    lm = ce(logits, targets, torch.full((B, T), 1.0 / (B * T), dtype=dt))
     ref = {"logits": logits, "loss.lm": lm}
     depths = len(mtp_parts)
     prev, ids, tgt = hf, tokens, targets
@@ -111,12 +107,23 @@ def main():
         prev = L.rmsnorm(x, P[pre + "final_layernorm.weight"], eps)
         lg = prev @ out_w.T
         valid = max(0, T - (d + 1))
-        w = torch.zeros((B, T), dtype=torch.float64)
+        w = torch.zeros((B, T), dtype=dt)
         if valid:
             w[:, :valid] = cfg["mtp_loss_scaling"] / depths / (B * valid)
         ref[f"loss.mtp.{d}"], ref[f"mtp_logits.{d}"] = ce(lg, tgt, w), lg
     total = lm + aux + z + sum(ref[f"loss.mtp.{d}"] for d in range(depths))
     ref["loss.total"], ref["loss.aux"], ref["loss.z"] = total, aux, z
+    return total, ref
+
+
+def main():
+    dump = Path(sys.argv[1])
+    manifest = json.loads((dump / "ckpt" / "manifest.json").read_text())
+    cfg, pattern = manifest["config"], manifest["pattern"]
+    _, W = L.read_safetensors(dump / "ckpt" / "model.safetensors")
+    _, E = L.read_safetensors(dump / "engine.safetensors")
+    P = {k: v.to(torch.float64).requires_grad_() for k, v in W.items()}
+    total, ref = forward(P, cfg, pattern, E["tokens"].long(), E["targets"].long())
     total.backward()
     for k, p in P.items():
         ref["grad/" + k] = p.grad if p.grad is not None else torch.zeros_like(p)

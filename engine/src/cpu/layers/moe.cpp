@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "ht/engine/cpu/gemm.hpp"
+#include "ht/engine/cpu/ops.hpp"
 #include "ht/engine/math.hpp"
 
 namespace ht::engine {
@@ -39,21 +40,15 @@ void moe_route_permute(const ModelConfig& cfg, const MoeParams<T>& p, const T* x
   r.topk_w.assign(static_cast<std::size_t>(n) * k, T(0));
   r.tokens_per_expert.assign(static_cast<std::size_t>(e), 0);
   std::vector<T> sel(static_cast<std::size_t>(k));
-  std::vector<char> taken(static_cast<std::size_t>(e));
   for (int i = 0; i < n; ++i) {
     const T* lg = r.logits.ptr() + static_cast<long>(i) * e;
     math::softmax_row(r.probs.ptr() + static_cast<long>(i) * e, lg, e);
     r.lse[static_cast<std::size_t>(i)] = math::logsumexp_row(lg, e);
-    std::fill(taken.begin(), taken.end(), 0);
+    int* chosen = r.topk_idx.data() + static_cast<long>(i) * k;
+    cpu::topk_row(chosen, lg, e, k);  // ties -> lower expert index
     for (int j = 0; j < k; ++j) {
-      // Strict '>' scanning upwards: on equal logits the lower expert index wins.
-      int best = -1;
-      for (int ex = 0; ex < e; ++ex)
-        if (!taken[static_cast<std::size_t>(ex)] && (best < 0 || lg[ex] > lg[best])) best = ex;
-      taken[static_cast<std::size_t>(best)] = 1;
-      r.topk_idx[static_cast<std::size_t>(i) * k + j] = best;
-      sel[static_cast<std::size_t>(j)] = lg[best];
-      ++r.tokens_per_expert[static_cast<std::size_t>(best)];
+      sel[static_cast<std::size_t>(j)] = lg[chosen[j]];
+      ++r.tokens_per_expert[static_cast<std::size_t>(chosen[j])];
     }
     math::softmax_row(r.topk_w.data() + static_cast<long>(i) * k, sel.data(), k);
   }
@@ -74,9 +69,7 @@ void moe_route_permute(const ModelConfig& cfg, const MoeParams<T>& p, const T* x
       r.row_token[static_cast<std::size_t>(row)] = i;
     }
   permuted_in.assign(static_cast<std::size_t>(n) * k * c, T(0));
-  for (int row = 0; row < n * k; ++row)
-    std::copy_n(x + static_cast<long>(r.row_token[static_cast<std::size_t>(row)]) * c, c,
-                permuted_in.data() + static_cast<long>(row) * c);
+  cpu::gather_rows(permuted_in.data(), x, r.row_token.data(), n * k, c);
 
   // Losses, summed over experts then tokens in index order.
   T aux = T(0);

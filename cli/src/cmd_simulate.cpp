@@ -36,7 +36,7 @@ struct SimulateArgs {
   std::string costs_file;
   std::vector<std::string> cost_overrides;
   std::string a2a_model = "auto";
-  int pairwise_max_group = 16;
+  int pairwise_max_group = sim::ReplayOptions{}.pairwise_max_group;
   std::string trace_out, svg_out;
   bool json_out = false;
   std::vector<std::string> sweeps;

@@ -85,3 +85,16 @@ TEST_CASE("auto picks pairwise flows for small groups and aggregated flows for l
   CHECK(large.a2a_model == "aggregated");
   CHECK(large.summary.flows == 4);
 }
+
+TEST_CASE("auto keeps skewed collectives pairwise whatever their size", "[sim][a2a]") {
+  const int ep = 6;
+  PlanBuilder b(ep);
+  std::vector<std::vector<double>> bytes(ep, std::vector<double>(ep, 1e6));
+  bytes[1][0] = 2e6;  // one hot receiver
+  b.all_to_all(iota(ep), bytes);
+  ReplayOptions o;
+  o.pairwise_max_group = 2;
+  auto r = replay(b.plan(), exact_platform(1, ep), exact_costs(), o);
+  CHECK(r.a2a_model == "pairwise");
+  CHECK(r.summary.flows == ep * (ep - 1));
+}

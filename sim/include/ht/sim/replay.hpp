@@ -21,7 +21,8 @@
 //    all its inter-node bytes to a GPU on the next node of the group). Aggregated keeps the
 //    per-port load of a balanced all-to-all on a full-bisection fabric with O(1) flows per GPU
 //    instead of O(EP); pairwise is exact for skewed routing. Auto: pairwise up to
-//    `pairwise_max_group` members;
+//    `pairwise_max_group` members and for skewed collectives (per-peer bytes differing by more
+//    than 1 %), aggregated otherwise;
 //  - gradient all-reduce (CollectiveKind::AllReduce): nodes with sends (the schedule builder's
 //    direct all-reduce: 2 x bytes / n to each peer, 2(n-1)/n x bytes per member in total, the
 //    ring's volume) replay like an all-to-all, pairwise or aggregated by the same rule; nodes
@@ -52,7 +53,7 @@ A2aModel parse_a2a_model(std::string_view text);  // "auto" | "pairwise" | "aggr
 
 struct ReplayOptions {
   A2aModel a2a = A2aModel::Auto;
-  int pairwise_max_group = 16;   // Auto: pairwise flows for collectives with at most this many ranks
+  int pairwise_max_group = 8;    // Auto: pairwise flows for collectives with at most this many ranks
   bool keep_timeline = true;     // false: summary only (large what-ifs: spans cost ~0.5 KB each)
   // Run SimGrid in a forked child process. SimGrid never resets its clock between engines, so
   // in-process replays see rounding that depends on what ran before; isolated replays always

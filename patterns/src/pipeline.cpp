@@ -91,6 +91,10 @@ int StageSlice::physical_count() const {
 }
 
 int logical_offset_of(const ParsedPattern& parsed, int physical) {
+  if (physical < 0)
+    fail(Rule::BadArgument, "physical layer offset " + s(physical) + " is out of range for a pattern of " +
+                                s(parsed.physical_count()) + " layers",
+         parsed);
   int cursor = 0, logical = 0;
   for (const auto& item : parsed.items()) {
     if (cursor == physical) return logical;
@@ -112,6 +116,11 @@ StageSlice select_stage(const ParsedPattern& parsed, const PipelineConfig& confi
   check_config(parsed, config);
   if (pp_rank < 0 || pp_rank >= config.pp)
     fail(Rule::BadArgument, "pp rank " + s(pp_rank) + " is outside [0, " + s(config.pp) + ")", parsed);
+  if (vp_stage && *vp_stage < 0)
+    fail(Rule::BadArgument, "virtual stage " + s(*vp_stage) + " is negative", parsed);
+  if (vp_stage && config.vpp && *vp_stage >= *config.vpp)
+    fail(Rule::R8_SegmentCount,
+         "virtual stage " + s(*vp_stage) + " does not exist with " + s(*config.vpp) + " virtual stages per rank", parsed);
   const int nseg = std::max(1, parsed.segment_count());
   if (nseg > 1 && (config.first_stage_layers || config.last_stage_layers))
     fail(Rule::R5_PipesWithStageLayers,
@@ -163,8 +172,11 @@ std::vector<StageSlice> allocate_stages(const ParsedPattern& parsed, const Pipel
            "the pattern has " + s(nseg) + " segments, but pp " + s(config.pp) + " x vpp " + s(*config.vpp) +
                " stages were asked for",
            parsed);
-  } else if (config.vpp && *config.vpp > 1 && config.pp > 1) {
-    (void)select_stage(parsed, config, 0, 0);  // raises R6
+  } else if (config.vpp && *config.vpp > 1) {
+    if (config.pp > 1) (void)select_stage(parsed, config, 0, 0);  // raises R6
+    fail(Rule::R8_SegmentCount,
+         "the pattern has 1 segment, but pp " + s(config.pp) + " x vpp " + s(*config.vpp) + " stages were asked for",
+         parsed);
   }
   std::vector<StageSlice> out;
   const bool virtual_stages = nseg > 1 && config.pp * vstages == nseg && (config.vpp || vstages > 1);

@@ -1,7 +1,5 @@
-// Open implementation bugs of ht::patterns, kept as executable specifications (see the report in
-// the session log): built as patterns_known_bugs but not registered with ctest, so the suite stays
-// green. Run build/tests/patterns/patterns_known_bugs; once a case passes, move it into
-// test_pipeline.cpp. The second case reads out of bounds today (ASan: heap-buffer-overflow).
+// Out-of-range stage and offset arguments: each is a PatternError with the right rule, never an
+// index into the segments (the fuzzer once found select_stage reading segments[-1]).
 #include "pattern_test_support.hpp"
 
 using namespace ht::patterns;

@@ -131,7 +131,7 @@ std::string render_svg(const Timeline& timeline, const SvgOptions& options) {
   }
 
   const double left = 230, top = 44, width = options.width_px;
-  const double lane_h = options.lane_height_px, strip_h = std::max(4.0, lane_h / 3);
+  const double lane_h = options.lane_height_px, strip_h = std::max(8.0, lane_h / 2.5);
   std::vector<double> lane_y;
   double y = top;
   for (const Lane& l : lanes) {
@@ -185,7 +185,8 @@ std::string render_svg(const Timeline& timeline, const SvgOptions& options) {
     out += "<rect x=\"" + num(left) + "\" y=\"" + num(lane_y[i]) + "\" width=\"" + num(width) +
            "\" height=\"" + num(h) + "\" fill=\"" + (lanes[i].exposed_strip ? "#fff0f0" : "#f7f7f7") +
            "\"/><text x=\"" + num(left - 6) + "\" y=\"" + num(lane_y[i] + h - 2) +
-           "\" text-anchor=\"end\"" + (lanes[i].exposed_strip ? " fill=\"#d62728\"" : "") + ">";
+           "\" text-anchor=\"end\"" +
+           (lanes[i].exposed_strip ? " fill=\"#d62728\" font-size=\"9\"" : "") + ">";
     append_escaped(out, lanes[i].label);
     out += "</text>\n";
   }

@@ -169,7 +169,7 @@ TEST_CASE("CPU ops are read only when asked for, on the process / thread they ra
   CHECK(s.span_s == us(250));
 }
 
-TEST_CASE("--comm-regex replaces the default comm rules", "[kineto]") {
+TEST_CASE("a comm regex (--comm-regex) replaces the default comm rules", "[kineto]") {
   ReadOptions options;
   options.comm_regex = "gemm";
   const Timeline t = read_chrome_trace(fixture("kineto_gpu_two_devices.json"), options);

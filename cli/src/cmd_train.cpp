@@ -12,9 +12,14 @@
 #include "command.hpp"
 #include "ht/engine/checkpoint.hpp"
 #include "ht/engine/data.hpp"
+#include "ht/engine/exec/executor.hpp"
 #include "ht/engine/model.hpp"
 #include "ht/engine/optimizer.hpp"
 #include "ht/patterns/pattern.hpp"
+#include "ht/schedule/build.hpp"
+#include "ht/traces/chrome.hpp"
+#include "ht/traces/overlap.hpp"
+#include "model_flags.hpp"
 
 namespace ht::cli {
 namespace {
@@ -36,10 +41,120 @@ struct TrainArgs {
   std::string import_gpt;
   bool json_out = false;
   bool quiet = false;
+  // Executor mode (any of these set): the plan runs on EP ranks with the overlap executor.
+  schedule::ParallelConfig parallel;
+  ScheduleFlags schedule_flags;
+  double link_gbps = 0, link_latency_us = 0;
+  std::string trace;
+  bool executor_mode() const {
+    return parallel.ep > 1 || parallel.pp > 1 || parallel.vpp > 0 || parallel.microbatches > 1 ||
+           schedule_flags.overlap_on || schedule_flags.overlap_off || schedule_flags.delay_on ||
+           schedule_flags.delay_off || link_gbps > 0 || link_latency_us > 0 || !trace.empty();
+  }
 };
+
+// Executor mode: --batch sequences per microbatch on each EP rank, --microbatches per step, so a
+// step sees ep * microbatches * batch sequences. The plan is the one `hybrid-twin plan` and
+// `simulate` build for the same flags; --trace writes the last step's measured timeline.
+int run_executor(TrainArgs a) {
+  if (!a.resume.empty() || !a.checkpoint.empty() || !a.import_gpt.empty())
+    throw UsageError("--checkpoint, --resume and --import-gpt train one model without the executor; drop --ep, "
+                     "--microbatches, --overlap, --link-* and --trace to use them");
+  if (a.parallel.dp == 1) a.parallel.dp = a.parallel.ep;  // the executor runs DP = EP
+  const std::string pattern_text = a.pattern.empty() ? "M*-E" : a.pattern;
+  const auto parsed = patterns::parse(pattern_text);
+  const schedule::ScheduleOptions so = a.schedule_flags.resolve(a.parallel);
+  const schedule::ModelDims dims = he::exec::schedule_dims(a.cfg, a.batch, a.seq);
+  schedule::Plan plan = schedule::build_plan(parsed, dims, a.parallel, so);
+  he::exec::ExecutorOptions eo;
+  eo.link.bandwidth_gbps = a.link_gbps;
+  eo.link.latency_us = a.link_latency_us;
+  he::exec::Executor ex(parsed, a.cfg, a.seed, std::move(plan), eo);
+  const int ranks = ex.ranks(), mbs = a.parallel.microbatches;
+  const auto corpus = he::load_corpus(a.data);
+  std::size_t nparams = 0;
+  for (int r = 0; r < ranks; ++r)
+    for (auto& p : ex.parameters(r))
+      if (ex.owns(r, p.canonical) && (r == 0 || p.canonical.find(".experts.") != std::string::npos))
+        nparams += p.value->size();
+  if (!a.quiet)
+    std::cerr << "train '" << parsed.text << "' on " << ranks << " EP ranks, " << ex.plan().schedule << " ("
+              << (so.overlap ? "overlap" : "no overlap") << (so.delay_wgrad ? ", delayed wgrad" : "") << "), "
+              << mbs << " microbatches of " << a.batch << " x " << a.seq << " bytes per rank\n";
+
+  std::vector<double> losses, step_seconds;
+  double seconds = 0;
+  traces::Timeline last;
+  const std::int64_t per_step = static_cast<std::int64_t>(ranks) * mbs;
+  for (int i = 0; i < a.steps; ++i) {
+    std::vector<std::vector<he::Batch>> batches(static_cast<std::size_t>(ranks));
+    for (int r = 0; r < ranks; ++r)
+      for (int m = 0; m < mbs; ++m)
+        batches[static_cast<std::size_t>(r)].push_back(
+            he::sample_batch(corpus, a.batch, a.seq, a.seed, i * per_step + r * mbs + m));
+    const auto t0 = std::chrono::steady_clock::now();
+    ex.zero_grad();
+    he::exec::StepResult res = ex.step(batches);
+    const double gnorm = ex.optimizer_step(a.opt);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    seconds += dt;
+    step_seconds.push_back(dt);
+    losses.push_back(res.total);
+    last = std::move(res.timeline);
+    if (!a.quiet)
+      std::cerr << "step " << std::setw(5) << i + 1 << "  loss " << std::fixed << std::setprecision(4) << losses.back()
+                << "  |g| " << std::setprecision(3) << gnorm << "  " << std::setprecision(1) << dt * 1e3 << " ms  "
+                << std::setprecision(0) << static_cast<double>(per_step) * a.batch * a.seq / dt << " tok/s\n"
+                << std::defaultfloat;
+  }
+  last.metadata["model_dims"] = schedule::model_dims_to_json(dims);
+  last.metadata["ep"] = std::to_string(a.parallel.ep);
+  last.metadata["microbatches"] = std::to_string(mbs);
+  last.metadata["overlap"] = so.overlap ? "true" : "false";
+  last.metadata["delay_wgrad"] = so.delay_wgrad ? "true" : "false";
+  if (!a.trace.empty() && a.steps > 0) traces::write_chrome_trace(last, a.trace);
+  const traces::OverlapSummary sum = traces::summarize(last);
+  const double tokens_per_s = seconds > 0 ? static_cast<double>(a.steps * per_step) * a.batch * a.seq / seconds : 0.0;
+  const double final_loss = losses.empty() ? 0.0 : losses.back();
+  if (a.json_out) {
+    nlohmann::json j = {{"pattern", parsed.text},     {"parameters", nparams},
+                        {"ep", a.parallel.ep},        {"microbatches", mbs},
+                        {"schedule", ex.plan().schedule}, {"overlap", so.overlap},
+                        {"delay_wgrad", so.delay_wgrad},  {"steps", a.steps},
+                        {"batch", a.batch},           {"seq", a.seq},
+                        {"seed", a.seed},             {"data", corpus.source},
+                        {"losses", losses},           {"final_loss", final_loss},
+                        {"step_seconds", step_seconds}, {"tokens_per_s", tokens_per_s},
+                        {"seconds", seconds},         {"link_gbps", a.link_gbps},
+                        {"link_latency_us", a.link_latency_us},
+                        {"last_step", {{"span_s", sum.span_s},
+                                       {"compute_busy_s", sum.compute_busy_s},
+                                       {"comm_busy_s", sum.comm_busy_s},
+                                       {"comm_exposed_s", sum.comm_exposed_s},
+                                       {"hidden_fraction", sum.hidden_fraction}}},
+                        {"config", he::config_to_json(a.cfg)}};
+    if (!a.trace.empty()) j["trace"] = a.trace;
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << "pattern      " << parsed.text << "\n"
+              << "ranks        " << ranks << " (EP), " << ex.plan().schedule << ", " << mbs << " microbatches\n"
+              << "parameters   " << nparams << "\n"
+              << "data         " << corpus.source << " (" << corpus.bytes.size() << " bytes)\n";
+    if (!losses.empty())
+      std::cout << "loss         " << std::fixed << std::setprecision(4) << losses.front() << " -> " << final_loss << "\n"
+                << "tokens/s     " << std::setprecision(0) << tokens_per_s << "\n"
+                << "last step    " << std::setprecision(2) << sum.span_s * 1e3 << " ms, all-to-all "
+                << sum.comm_busy_s * 1e3 << " ms busy, " << sum.comm_exposed_s * 1e3 << " ms exposed, hidden "
+                << std::setprecision(1) << sum.hidden_fraction * 100 << " %\n"
+                << std::defaultfloat;
+    if (!a.trace.empty()) std::cout << "trace        " << a.trace << "\n";
+  }
+  return 0;
+}
 
 int run(TrainArgs a) {
   if (a.steps < 0) throw UsageError("--steps must be >= 0");
+  if (a.executor_mode()) return run_executor(std::move(a));
   he::AdamWState<float> state;
   std::int64_t start_step = 0;
   std::string pattern_text = a.pattern;
@@ -146,6 +261,14 @@ const Registration reg{{
       sub.add_option("--import-gpt", a->import_gpt, "initialise attention/MLP layers from a GPT safetensors file");
       sub.add_flag("--json", a->json_out, "print one JSON object instead of the summary");
       sub.add_flag("--quiet", a->quiet, "no per-step progress on stderr");
+      add_parallel_flags(sub, a->parallel);
+      add_overlap_flags(sub, a->schedule_flags);
+      const char* x = "Executor (EP ranks as threads)";
+      sub.add_option("--link-gbps", a->link_gbps, "throttle each rank's egress link to X GB/s (0 = off)")
+          ->check(CLI::NonNegativeNumber)->group(x);
+      sub.add_option("--link-latency-us", a->link_latency_us, "latency per message in microseconds (0 = none)")
+          ->check(CLI::NonNegativeNumber)->group(x);
+      sub.add_option("--trace", a->trace, "write the last step's measured timeline as Chrome-trace JSON")->group(x);
       const char* g = "Model dimensions";
       sub.add_option("--hidden", c.hidden, "hidden size")->check(CLI::PositiveNumber)->capture_default_str()->group(g);
       sub.add_option("--heads", c.num_heads, "attention heads")->check(CLI::PositiveNumber)->capture_default_str()->group(g);

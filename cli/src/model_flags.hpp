@@ -81,7 +81,9 @@ struct ScheduleFlags {
   }
 };
 
-inline void add_schedule_flags(CLI::App& sub, ScheduleFlags& flags) {
+// The four switches the engine and the twin share (--overlap, --no-overlap, --delay-wgrad,
+// --no-delay-wgrad).
+inline void add_overlap_flags(CLI::App& sub, ScheduleFlags& flags) {
   const char* group = "Schedule";
   sub.add_flag("--overlap", flags.overlap_on,
                "combined 1F1B with EP all-to-all overlap (default: on when ep > 1)")
@@ -91,6 +93,11 @@ inline void add_schedule_flags(CLI::App& sub, ScheduleFlags& flags) {
                "delayed weight-gradient (W) nodes (default: on with overlap)")
       ->group(group);
   sub.add_flag("--no-delay-wgrad", flags.delay_off, "weight gradients inside backward")->group(group);
+}
+
+inline void add_schedule_flags(CLI::App& sub, ScheduleFlags& flags) {
+  const char* group = "Schedule";
+  add_overlap_flags(sub, flags);
   sub.add_flag("--early-attn-release", flags.options.early_attn_release,
                "run pre_dispatch backward before the forward mlp (step 8)")
       ->group(group);

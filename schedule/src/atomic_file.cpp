@@ -1,5 +1,5 @@
 // Whole-file read and atomic write for ht::schedule files.
-#include "atomic_file.hpp"
+#include "ht/schedule/atomic_file.hpp"
 
 #include <cstdio>
 #include <fstream>

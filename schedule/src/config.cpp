@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "atomic_file.hpp"
+#include "ht/schedule/atomic_file.hpp"
 #include "ht/schedule/error.hpp"
 
 namespace ht::schedule {

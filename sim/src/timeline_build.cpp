@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "ht/schedule/node_args.hpp"
+
 namespace ht::sim::detail {
 
 using schedule::Node;
@@ -27,12 +29,6 @@ double uncovered(const Interval& a, const std::vector<Interval>& cover, std::siz
   for (std::size_t k = cursor; k < cover.size() && cover[k].begin < a.end; ++k)
     covered += std::max(0.0, std::min(a.end, cover[k].end) - std::max(a.begin, cover[k].begin));
   return (a.end - a.begin) - covered;
-}
-
-std::string number(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
 }
 
 }  // namespace
@@ -96,21 +92,8 @@ traces::Timeline build_timeline(const schedule::Plan& plan, const std::vector<do
     span.device = node.rank;
     span.stream = node.stream == Stream::Compute ? 0 : 1;
     span.role = node.stream == Stream::Compute ? traces::Role::Compute : traces::Role::Comm;
-    span.args["node"] = std::to_string(node.id);
-    span.args["microbatch"] = std::to_string(node.microbatch);
-    span.args["layer"] = std::to_string(node.layer);
-    span.args["vp_stage"] = std::to_string(node.vp_stage);
-    span.args["phase"] = std::string(schedule::to_string(node.phase));
-    if (!node.symbols.empty()) span.args["symbols"] = node.symbols;
-    if (node.stream == Stream::Comm) {
-      double bytes = 0;
-      for (const auto& s : node.sends)
-        if (s.peer != node.rank) bytes += s.bytes;
-      span.args["bytes"] = number(bytes);
-      if (node.collective >= 0) span.args["wait_s"] = number(wait[node.id]);
-    } else {
-      span.args["flops"] = number(node.flops);
-    }
+    span.args = schedule::node_args(node);
+    if (node.stream == Stream::Comm && node.collective >= 0) span.args["wait_s"] = schedule::format_number(wait[node.id]);
     t.spans.push_back(std::move(span));
   }
   return t;

@@ -1,12 +1,16 @@
 // Specification of the EP-overlap executor: running the schedule plan changes nothing in the
 // math. Oracles: the HybridModel (sequential, one microbatch, no ranks) for EP = 1; the
 // sequential plan for the combined-1F1B plan; delayed wgrad off for on; the flattened pattern
-// for the grouped one. All comparisons are bitwise (memcmp of float32 buffers).
+// for the grouped one; the single-stage run for pipeline-parallel runs (PP, VPP, PP x EP). All
+// comparisons are bitwise (memcmp of float32 buffers).
 #include <catch2/catch.hpp>
 #include <rapidcheck/catch.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <set>
+#include <stdexcept>
 
 #include "ht/engine/exec/executor.hpp"
 #include "ht/engine/model.hpp"
@@ -62,16 +66,28 @@ std::vector<std::vector<Batch>> make_batches(int ranks, int mbs, int b, int t, i
   return out;
 }
 
+// Pipeline layout of one run: pp stages, vpp virtual stages (0 = not set), ep = dp ranks.
+struct Layout {
+  int pp = 1, vpp = 0, ep = 1, mbs = 1;
+  bool overlap = false, delay = false;
+};
+
+schedule::Plan pipeline_plan(const patterns::ParsedPattern& p, const ModelConfig& cfg, Layout l, int b, int t) {
+  schedule::ParallelConfig pc;
+  pc.pp = l.pp;
+  pc.vpp = l.vpp;
+  pc.ep = l.ep;
+  pc.dp = l.ep;
+  pc.microbatches = l.mbs;
+  schedule::ScheduleOptions so;
+  so.overlap = l.overlap;
+  so.delay_wgrad = l.delay;
+  return schedule::build_plan(p, engine::exec::schedule_dims(cfg, b, t), pc, so);
+}
+
 schedule::Plan plan_for(const patterns::ParsedPattern& p, const ModelConfig& cfg, int ep, int mbs, bool overlap,
                         bool delay, int b, int t) {
-  schedule::ParallelConfig pc;
-  pc.ep = ep;
-  pc.dp = ep;
-  pc.microbatches = mbs;
-  schedule::ScheduleOptions so;
-  so.overlap = overlap;
-  so.delay_wgrad = delay;
-  return schedule::build_plan(p, engine::exec::schedule_dims(cfg, b, t), pc, so);
+  return pipeline_plan(p, cfg, {1, 0, ep, mbs, overlap, delay}, b, t);
 }
 
 bool same_bits(const engine::Tensor<float>& a, const engine::Tensor<float>& b) {
@@ -97,6 +113,55 @@ std::vector<std::string> differing(const std::map<std::string, engine::Tensor<fl
   return diff;
 }
 using Names = std::vector<std::string>;
+
+std::string without_pipes(std::string text) {
+  text.erase(std::remove(text.begin(), text.end(), '|'), text.end());
+  return text;
+}
+
+// Gradients (or values) by (DP rank, canonical name), over every stage: the same keys for any
+// pipeline split of the same model and DP size.
+std::map<std::string, engine::Tensor<float>> by_dp_rank(Executor& ex, bool grads, bool owned_only = false) {
+  std::map<std::string, engine::Tensor<float>> out;
+  for (int r = 0; r < ex.ranks(); ++r)
+    for (auto& p : ex.parameters(r)) {
+      if (owned_only && !ex.owns(r, p.canonical)) continue;
+      const auto key = "d" + std::to_string(r % ex.data_ranks()) + ":" + p.canonical;
+      if (!out.emplace(key, grads ? *p.grad : *p.value).second)
+        throw std::logic_error(key + " is held by two stages");
+    }
+  return out;
+}
+
+bool same_double(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+// Runs `steps` optimizer steps of the pipelined and the single-stage model on the same data and
+// checks losses, every gradient, the clipping norm and every parameter bit for bit.
+void expect_pipeline_equal(const std::string& piped, Layout l, int steps, std::uint64_t seed) {
+  const auto cfg = tiny();
+  const auto p = patterns::parse(piped);
+  const auto ref = patterns::parse(without_pipes(piped));
+  Executor a(p, cfg, seed, pipeline_plan(p, cfg, l, 1, 6));
+  Executor b(ref, cfg, seed, pipeline_plan(ref, cfg, {1, 0, l.ep, l.mbs, false, false}, 1, 6));
+  REQUIRE(a.ranks() == l.pp * l.ep);
+  REQUIRE(a.data_ranks() == b.data_ranks());
+  engine::AdamWConfig opt;
+  opt.lr = 1e-2f;
+  opt.clip_norm = 0.05f;  // small enough to clip: the global norm's summation order matters
+  for (int s = 0; s < steps; ++s) {
+    CAPTURE(s);
+    const auto batches = make_batches(l.ep, l.mbs, 1, 6, cfg.vocab_size, seed * 10 + static_cast<std::uint64_t>(s));
+    a.zero_grad();
+    b.zero_grad();
+    const auto ra = a.step(batches);
+    const auto rb = b.step(batches);
+    CHECK(ra.loss == rb.loss);
+    CHECK(same_double(ra.total, rb.total));
+    CHECK(differing(by_dp_rank(a, true), by_dp_rank(b, true)) == Names{});
+    CHECK(same_double(a.optimizer_step(opt), b.optimizer_step(opt)));
+    CHECK(differing(by_dp_rank(a, false), by_dp_rank(b, false)) == Names{});
+  }
+}
 
 }  // namespace
 
@@ -193,15 +258,19 @@ TEST_CASE("a dropped residual gradient in the merge is caught by the equivalence
 
 TEST_CASE("the executor rejects plans it cannot run with a clear error", "[exec]") {
   const auto cfg = tiny();
-  const auto p = patterns::parse("[*E]|[*E]");
-  schedule::ParallelConfig pc;
-  pc.pp = 2;
-  pc.microbatches = 2;
-  auto plan = schedule::build_plan(p, engine::exec::schedule_dims(cfg, 1, 8), pc, {});
-  CHECK_THROWS_WITH(Executor(p, cfg, 1, plan), Catch::Contains("pipeline parallelism"));
+  const auto mtp = patterns::parse("[*E]|[*E]/*E");
+  CHECK_THROWS_WITH(Executor(mtp, cfg, 1, pipeline_plan(mtp, cfg, {2, 0, 1, 2, false, false}, 1, 8)),
+                    Catch::Contains("MTP depths") && !Catch::Contains("\n"));
   const auto q = patterns::parse("*E");
   CHECK_THROWS_WITH(Executor(q, cfg, 1, plan_for(patterns::parse("*-"), cfg, 1, 1, false, false, 1, 8)),
                     Catch::Contains("was built for pattern"));
+  schedule::ParallelConfig pc;
+  pc.dp = 2;
+  pc.pp = 2;
+  pc.microbatches = 2;
+  const auto p = patterns::parse("[*E]|-");
+  CHECK_THROWS_WITH(Executor(p, cfg, 1, schedule::build_plan(p, engine::exec::schedule_dims(cfg, 1, 8), pc, {})),
+                    Catch::Contains("DP = EP"));
 }
 
 TEST_CASE("overlap never changes the math for generated patterns, EP sizes and microbatch counts", "[exec][property]") {
@@ -280,4 +349,126 @@ TEST_CASE("loading a checkpoint of another model is refused and changes nothing"
   CHECK_THROWS_WITH(b.load(path), Catch::Contains("missing parameter"));
   CHECK(same_bits(before, *b.parameters(0)[0].value));
   std::remove(path.c_str());
+}
+
+TEST_CASE("pipeline stages equal the single-stage run bit for bit over optimizer steps", "[exec][pp]") {
+  struct Case {
+    const char* pattern;
+    Layout layout;
+  };
+  const Case cases[] = {
+      {"[M*E]|[*E]-", {2, 0, 1, 3, false, false}},          // 1F1B, two stages
+      {"[*E][*E]", {2, 0, 1, 2, false, false}},             // legacy split without pipes
+      {"[M*E]|-|[*E]|G", {2, 2, 1, 4, false, false}},       // interleaved (VPP 2), sequential nodes
+      {"M*|E|", {3, 0, 2, 4, false, false}},                // PP 3 x EP 2, an empty last stage
+      {"[*E]|[ME]", {2, 1, 2, 4, true, false}},             // PP x EP, overlapped (interleaved 1F1B)
+      {"[*E]|M|[GE]|-", {2, 2, 2, 2, true, true}},          // VPP 2 x EP 2, overlap, delayed wgrad
+      {"|[*E]E|[M-]|[*E]", {2, 2, 2, 4, true, true}},       // empty first chunk: stage 0 only embeds
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.pattern, c.layout.pp, c.layout.vpp, c.layout.ep, c.layout.mbs, c.layout.overlap);
+    expect_pipeline_equal(c.pattern, c.layout, 2, 17);
+  }
+}
+
+TEST_CASE("a pipeline rank holds only its stage's parameters", "[exec][pp]") {
+  const auto cfg = tiny();
+  const auto p = patterns::parse("[*E]|-|E|M");  // pp 2, vpp 2: rank stage 0 holds [*E] and E
+  Executor ex(p, cfg, 3, pipeline_plan(p, cfg, {2, 2, 2, 2, true, false}, 1, 8));
+  REQUIRE(ex.ranks() == 4);
+  CHECK(ex.pipeline_stage(1) == 0);
+  CHECK(ex.pipeline_stage(2) == 1);
+  auto names = [&](int r) {
+    std::set<std::string> out;
+    for (auto& q : ex.parameters(r)) out.insert(q.canonical);
+    return out;
+  };
+  const auto s0 = names(0), s1 = names(2);
+  CHECK(names(1) == s0);
+  CHECK(s0.count("embedding.word_embeddings.weight") == 1);
+  CHECK(s0.count("output_layer.weight") == 0);
+  CHECK(s1.count("embedding.word_embeddings.weight") == 0);
+  CHECK(s1.count("output_layer.weight") == 1);
+  CHECK(s1.count("decoder.final_norm.weight") == 1);
+  // physical layers: [*E] = 0, 1; '-' = 2; E = 3; M = 4
+  for (const auto& n : s0) CHECK((n.rfind("layers.2.", 0) != 0 && n.rfind("layers.4.", 0) != 0));
+  for (const auto& n : s1) CHECK((n.rfind("layers.0.", 0) != 0 && n.rfind("layers.1.", 0) != 0 && n.rfind("layers.3.", 0) != 0));
+  CHECK(ex.owns(0, "layers.3.mlp.experts.local_experts.1.linear_fc1.weight"));
+  CHECK(!ex.owns(1, "layers.3.mlp.experts.local_experts.1.linear_fc1.weight"));
+  CHECK(ex.owns(1, "layers.3.mlp.experts.local_experts.2.linear_fc1.weight"));
+  CHECK(!ex.owns(2, "layers.3.mlp.experts.local_experts.0.linear_fc1.weight"));
+  CHECK(!ex.owns(0, "output_layer.weight"));
+  CHECK(ex.owns(3, "output_layer.weight"));
+}
+
+TEST_CASE("a checkpoint of the interleaved PP x EP run resumes the single-stage run identically, and back", "[exec][pp]") {
+  const auto cfg = tiny();
+  const auto piped = patterns::parse("[M*E]|-|[*E]|G");
+  const auto flat = patterns::flatten(patterns::parse(without_pipes(piped.text)));
+  engine::AdamWConfig opt;
+  opt.lr = 1e-2f;
+  auto batches = [&](int step) { return make_batches(2, 2, 1, 8, cfg.vocab_size, 300 + static_cast<std::uint64_t>(step)); };
+  Executor a(piped, cfg, 21, pipeline_plan(piped, cfg, {2, 2, 2, 2, true, true}, 1, 8));
+  Executor b(flat, cfg, 5, pipeline_plan(flat, cfg, {1, 0, 2, 2, false, false}, 1, 8));
+  Executor c(piped, cfg, 6, pipeline_plan(piped, cfg, {2, 2, 2, 2, false, false}, 1, 8));
+  for (int s = 0; s < 2; ++s) {
+    a.zero_grad();
+    a.step(batches(s));
+    a.optimizer_step(opt);
+  }
+  const std::string path = "exec_pp_resume_test.safetensors", path2 = "exec_pp_resume_test2.safetensors";
+  a.save(path);
+  b.load(path);
+  b.save(path2);
+  c.load(path2);  // back onto two stages, without the overlap
+  CHECK(b.optimizer_steps() == 2);
+  CHECK(c.optimizer_steps() == 2);
+  for (Executor* e : {&a, &b, &c}) {
+    e->zero_grad();
+    e->step(batches(2));
+    e->optimizer_step(opt);
+  }
+  // Canonical names do not depend on grouping or stages: all three hold the same bits (experts
+  // compared on their owners; other ranks' copies are never read).
+  const auto va = by_dp_rank(a, false, true);
+  CHECK(va.size() > 20);
+  CHECK(differing(va, by_dp_rank(b, false, true)) == Names{});
+  CHECK(differing(va, by_dp_rank(c, false, true)) == Names{});
+  std::remove(path.c_str());
+  std::remove(path2.c_str());
+}
+
+TEST_CASE("pipeline splits never change the math for generated patterns, stages and schedules", "[exec][pp][property]") {
+  const auto cfg = tiny();
+  rc::prop("PP = k (with or without VPP, overlap) == PP = 1, one step", [&] {
+    static const char* items[] = {"[*E]", "[ME]", "M", "[G-]", "E", "[*-]"};
+    const int pp = *rc::gen::inRange(2, 4);
+    const int vpp = *rc::gen::element(0, 1, 2, 2);
+    const int ep = *rc::gen::element(1, 2, 2);
+    const bool want_overlap = *rc::gen::element(false, true, true);
+    const bool delay = *rc::gen::arbitrary<bool>();
+    const int mbs = vpp > 0 ? pp * *rc::gen::inRange(1, 3) : *rc::gen::inRange(1, 5);
+    std::string text;
+    int count = 0;
+    for (int s = 0; s < pp * std::max(vpp, 1); ++s) {
+      if (s > 0) text += "|";
+      for (int i : *rc::gen::container<std::vector<int>>(*rc::gen::inRange(0, 3), rc::gen::inRange(0, 6))) {
+        text += items[i];
+        ++count;
+      }
+    }
+    if (count == 0) text += "M";
+    // The overlap needs EP > 1, virtual stages with PP > 1, and something to overlap.
+    const bool overlap = want_overlap && ep > 1 && vpp > 0 && text.find('E') != std::string::npos;
+    RC_TAG(pp, vpp, ep, overlap);
+    const auto p = patterns::parse(text);
+    const auto ref = patterns::parse(without_pipes(text));
+    const auto batches = make_batches(ep, mbs, 1, 4, cfg.vocab_size, *rc::gen::inRange<std::uint64_t>(0, 1000));
+    Executor a(p, cfg, 8, pipeline_plan(p, cfg, {pp, vpp, ep, mbs, overlap, overlap && delay}, 1, 4));
+    Executor b(ref, cfg, 8, pipeline_plan(ref, cfg, {1, 0, ep, mbs, false, false}, 1, 4));
+    const auto ra = a.step(batches);
+    const auto rb = b.step(batches);
+    RC_ASSERT(ra.loss == rb.loss);
+    RC_ASSERT(differing(by_dp_rank(a, true), by_dp_rank(b, true)) == Names{});
+  });
 }

@@ -4,6 +4,13 @@
 // an 'E' terminal, the pre-MLP norm, router, permutation and shared expert; dispatch and combine
 // are the all-to-alls (combine also unpermutes, adds the shared output and the residual); mlp
 // runs the local experts or the dense '-' block.
+//
+// Pipeline stages: each rank builds only the layers its stage holds (read from the plan), the
+// embedding on stage 0 and the final norm and output layer on the last stage; PipeSend/PipeRecv
+// nodes move the hidden state forward and its gradient backward between model chunks. A layer's
+// gradients are accumulated over the same microbatches in the same order as on one stage (both
+// 1F1B orders walk each chunk's backward microbatches in ascending order), so PP = k gives the
+// single-stage bits.
 #include "ht/engine/exec/executor.hpp"
 
 #include <algorithm>
@@ -11,6 +18,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <span>
 #include <tuple>
 
 #include "ht/engine/error.hpp"
@@ -24,6 +32,7 @@
 #include "ht/engine/runtime/cpu_world.hpp"
 #include "ht/engine/runtime/event_chain.hpp"
 #include "ht/patterns/checkpoint.hpp"
+#include "ht/schedule/node_args.hpp"
 #include "members.hpp"
 
 namespace ht::engine::exec {
@@ -62,6 +71,7 @@ struct BlockState {
 };
 
 struct LogicalLayer {
+  bool held = false;          // this rank's pipeline stage holds the layer (else blocks is empty)
   std::vector<Block> blocks;  // members in order
   int terminal = -1;          // index of the '-' / 'E' terminal, -1 when none
   bool moe() const { return terminal >= 0 && blocks[static_cast<std::size_t>(terminal)].symbol == 'E'; }
@@ -95,6 +105,8 @@ struct LayerState {
   std::unique_ptr<MoeState> moe;
 };
 
+// One model chunk (microbatch, vp_stage) of one rank: the chunks of one microbatch on a rank
+// (virtual pipeline stages) each carry their own hidden state, as Megatron's chunk plans do.
 struct ChunkState {
   const Batch* batch = nullptr;
   float weight = 0;  // CE weight per token
@@ -103,13 +115,82 @@ struct ChunkState {
   RMSNormCache<float> fnc;
   CrossEntropyCache<float> ce;
   double loss = 0;
-  std::vector<LayerState> layers;
+  std::vector<LayerState> layers;  // by global logical layer; states only for the chunk's layers
 };
 
+// What one rank holds: its pipeline stage's layers, the embedding on the first stage, the final
+// norm and output layer on the last.
 struct RankModel {
+  bool first = false, last = false;
   Tf wte, wte_g, final_norm, final_norm_g, out_w, out_w_g;
-  std::vector<LogicalLayer> layers;
+  std::string final_norm_key;
+  std::vector<LogicalLayer> layers;  // by global logical layer; only held ones are built
 };
+
+// Where a rank sits, read from the plan (RankPlan and the ranks its nodes run on).
+struct RankLayout {
+  int pp_rank = 0, dp_rank = 0, ep_rank = 0;
+  bool first = false, last = false;  // runs pre_process / post_process
+  std::vector<char> holds;           // per global logical layer
+};
+
+// The stage layout of a plan: every logical layer runs on one pipeline stage (on all its DP
+// ranks) in one model chunk; pre_process runs on stage 0, post_process on the last stage.
+struct StageLayout {
+  std::vector<RankLayout> ranks;
+  std::vector<int> layer_stage, layer_vp;  // per global logical layer
+};
+
+StageLayout read_layout(const schedule::Plan& plan, int layers) {
+  StageLayout out;
+  const int n = plan.global_ranks();
+  out.ranks.resize(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    const auto& rp = plan.ranks[static_cast<std::size_t>(r)];
+    if (rp.rank != r || rp.pp_rank != r / plan.dp || rp.dp_rank != r % plan.dp)
+      fail("plan rank " + std::to_string(r) + " is not pp rank " + std::to_string(r / plan.dp) + ", dp rank " +
+           std::to_string(r % plan.dp));
+    auto& lo = out.ranks[static_cast<std::size_t>(r)];
+    lo.pp_rank = rp.pp_rank;
+    lo.dp_rank = rp.dp_rank;
+    lo.ep_rank = rp.ep_rank;
+    lo.holds.assign(static_cast<std::size_t>(layers), 0);
+  }
+  out.layer_stage.assign(static_cast<std::size_t>(layers), -1);
+  out.layer_vp.assign(static_cast<std::size_t>(layers), -1);
+  for (const auto& node : plan.nodes) {
+    if (node.rank < 0 || node.rank >= n) fail("node " + node.label() + " runs on rank " + std::to_string(node.rank));
+    if (node.vp_stage < 0 || node.vp_stage >= plan.vpp)
+      fail("node " + node.label() + " names model chunk " + std::to_string(node.vp_stage) + " of " + std::to_string(plan.vpp));
+    auto& lo = out.ranks[static_cast<std::size_t>(node.rank)];
+    if (node.slot == Slot::PreProcess) lo.first = true;
+    if (node.slot == Slot::PostProcess) lo.last = true;
+    if (node.layer < 0) continue;
+    if (node.mtp) fail("MTP depths are not run by the executor yet (node " + node.label() + ")");
+    if (node.layer >= layers)
+      fail("node " + node.label() + " names logical layer " + std::to_string(node.layer) + " of " + std::to_string(layers));
+    const auto l = static_cast<std::size_t>(node.layer);
+    lo.holds[l] = 1;
+    if (out.layer_stage[l] < 0) {
+      out.layer_stage[l] = lo.pp_rank;
+      out.layer_vp[l] = node.vp_stage;
+    } else if (out.layer_stage[l] != lo.pp_rank || out.layer_vp[l] != node.vp_stage) {
+      fail("logical layer " + std::to_string(l) + " runs in two pipeline stages or model chunks");
+    }
+  }
+  for (std::size_t l = 0; l < out.layer_stage.size(); ++l)
+    if (out.layer_stage[l] < 0) fail("logical layer " + std::to_string(l) + " has no node in the plan");
+  for (int r = 0; r < n; ++r) {
+    const auto& lo = out.ranks[static_cast<std::size_t>(r)];
+    for (std::size_t l = 0; l < lo.holds.size(); ++l)
+      if ((lo.holds[l] != 0) != (out.layer_stage[l] == lo.pp_rank))
+        fail("rank " + std::to_string(r) + " does not run the same layers as the other DP ranks of its stage");
+    if (lo.first != (lo.pp_rank == 0) || lo.last != (lo.pp_rank == plan.pp - 1))
+      fail("rank " + std::to_string(r) + ": pre_process must run on pipeline stage 0 and post_process on stage " +
+           std::to_string(plan.pp - 1));
+  }
+  return out;
+}
 
 }  // namespace impl
 using namespace impl;
@@ -149,30 +230,45 @@ struct Executor::Impl {
   ExecutorOptions options;
   int nranks = 1;
   int local_experts = 0;
+  StageLayout stages;
   std::vector<RankModel> models;
   std::vector<AdamWState<float>> adam;  // per rank
 
-  RankModel build_rank(std::uint64_t seed) const {
+  const RankLayout& at(int rank) const { return stages.ranks.at(static_cast<std::size_t>(rank)); }
+  int rank_of(int pp_rank, int dp_rank) const { return pp_rank * plan.dp + dp_rank; }
+
+  // Every parameter is initialised from (seed, its canonical name), so a rank that builds only
+  // its stage's layers holds the same values as the single-stage model.
+  RankModel build_rank(std::uint64_t seed, const RankLayout& lo) const {
     RankModel m;
     const float std = cfg.init_std;
-    m.wte = Tf({cfg.vocab_size, cfg.hidden});
-    {
+    m.first = lo.first;
+    m.last = lo.last;
+    if (m.first) {
+      m.wte = Tf({cfg.vocab_size, cfg.hidden});
       Rng rng(seed, "embedding");
       for (auto& v : m.wte.data) v = static_cast<float>(rng.normal()) * std;
+      m.wte_g = Tf(m.wte.shape);
     }
-    m.wte_g = Tf(m.wte.shape);
-    m.out_w = Tf({cfg.vocab_size, cfg.hidden});
-    {
+    if (m.last) {
+      m.out_w = Tf({cfg.vocab_size, cfg.hidden});
       Rng rng(seed, "output_layer");
       for (auto& v : m.out_w.data) v = static_cast<float>(rng.normal()) * std;
+      m.out_w_g = Tf(m.out_w.shape);
+      m.final_norm = ones(cfg.hidden);
+      m.final_norm_g = Tf({cfg.hidden});
+      m.final_norm_key = patterns::final_norm_prefix(pattern) + "weight";
     }
-    m.out_w_g = Tf(m.out_w.shape);
-    m.final_norm = ones(cfg.hidden);
-    m.final_norm_g = Tf({cfg.hidden});
     const auto keys = patterns::layer_keys(pattern);
-    std::size_t phys = 0;
+    std::size_t phys = 0, logical = 0;
     for (const auto& item : pattern.items()) {
       LogicalLayer layer;
+      layer.held = lo.holds.at(logical++) != 0;
+      if (!layer.held) {
+        phys += item.symbols.size();
+        m.layers.push_back(std::move(layer));
+        continue;
+      }
       for (std::size_t i = 0; i < item.symbols.size(); ++i, ++phys) {
         const char sym = item.symbols[i];
         Block b;
@@ -331,7 +427,7 @@ struct Executor::Impl {
     }
   }
 
-  void mlp_forward_slot(LogicalLayer& layer, LayerState& ls, ChunkState& cs, int rank) const {
+  void mlp_forward_slot(LogicalLayer& layer, LayerState& ls, ChunkState& cs, int ep_rank) const {
     if (layer.terminal < 0) return;
     Block& b = layer.blocks.back();
     if (!layer.moe()) {
@@ -347,7 +443,7 @@ struct Executor::Impl {
       const std::size_t hi = st.layout.expert_start[static_cast<std::size_t>(le) + 1];
       swiglu_forward<float>(st.expert_out.data() + lo * static_cast<std::size_t>(c), st.expert_caches[static_cast<std::size_t>(le)],
                             st.expert_in.data() + lo * static_cast<std::size_t>(c), static_cast<int>(hi - lo),
-                            b.moe->p.experts[static_cast<std::size_t>(rank * local_experts + le)]);
+                            b.moe->p.experts[static_cast<std::size_t>(ep_rank * local_experts + le)]);
     }
   }
 
@@ -393,7 +489,7 @@ struct Executor::Impl {
     (void)layer;
   }
 
-  void mlp_backward_slot(LogicalLayer& layer, LayerState& ls, ChunkState& cs, int rank) const {
+  void mlp_backward_slot(LogicalLayer& layer, LayerState& ls, ChunkState& cs, int ep_rank) const {
     if (layer.terminal < 0) return;
     Block& b = layer.blocks.back();
     if (!layer.moe()) {
@@ -406,7 +502,7 @@ struct Executor::Impl {
     for (int le = 0; le < local_experts; ++le) {
       const std::size_t lo = st.layout.expert_start[static_cast<std::size_t>(le)];
       const std::size_t hi = st.layout.expert_start[static_cast<std::size_t>(le) + 1];
-      const auto e = static_cast<std::size_t>(rank * local_experts + le);
+      const auto e = static_cast<std::size_t>(ep_rank * local_experts + le);
       swiglu_backward<float>(st.dexpert_in.data() + lo * c, st.staged.experts[e], st.dexpert_out.data() + lo * c,
                              st.expert_in.data() + lo * c, static_cast<int>(hi - lo), b.moe->p.experts[e],
                              st.expert_caches[static_cast<std::size_t>(le)]);
@@ -452,7 +548,20 @@ struct Executor::Impl {
     }
   }
   static std::vector<ParamRef<float>> owned(Executor& ex, int rank);
-  void mlp_weight(LogicalLayer& layer, LayerState& ls, int rank) const {
+
+  // The other end of a pipeline send or receive (its PointToPoint collective).
+  const schedule::Node& pipe_partner(const schedule::Node& node) const {
+    const bool valid = node.collective >= 0 && node.collective < static_cast<int>(plan.collectives.size());
+    const schedule::Collective* c = valid ? &plan.collectives[static_cast<std::size_t>(node.collective)] : nullptr;
+    if (!c || c->kind != schedule::CollectiveKind::PointToPoint || c->nodes.size() != 2)
+      fail("pipeline node " + node.label() + " has no point-to-point partner");
+    const schedule::Node& peer = plan.node(c->nodes[0] == node.id ? c->nodes[1] : c->nodes[0]);
+    const Slot want = node.slot == Slot::PipeSend ? Slot::PipeRecv : Slot::PipeSend;
+    if (peer.slot != want || peer.phase != node.phase || peer.microbatch != node.microbatch || peer.rank == node.rank)
+      fail("pipeline node " + node.label() + " is paired with " + peer.label() + " of rank " + std::to_string(peer.rank));
+    return peer;
+  }
+  void mlp_weight(LogicalLayer& layer, LayerState& ls, int ep_rank) const {
     if (layer.terminal < 0) return;
     Block& b = layer.blocks.back();
     if (!layer.moe()) {
@@ -461,7 +570,7 @@ struct Executor::Impl {
       return;
     }
     for (int le = 0; le < local_experts; ++le) {
-      const auto e = static_cast<std::size_t>(rank * local_experts + le);
+      const auto e = static_cast<std::size_t>(ep_rank * local_experts + le);
       add_tensor(b.moe->g.experts[e].fc1, ls.moe->staged.experts[e].fc1);
       add_tensor(b.moe->g.experts[e].fc2, ls.moe->staged.experts[e].fc2);
     }
@@ -479,24 +588,44 @@ struct ParamEntry {
   Tf* value;
   Tf* grad;
   int expert = -1;
+  int order = 0;  // place in the whole model: -1 embedding, the logical layer, then final norm, output
 };
 
 std::vector<ParamEntry> list_params(RankModel& m) {
   std::vector<ParamEntry> out;
-  out.push_back({"embedding.word_embeddings.weight", "embedding.word_embeddings.weight", &m.wte, &m.wte_g});
-  for (auto& layer : m.layers)
-    for (auto& b : layer.blocks) {
+  const int n_layers = static_cast<int>(m.layers.size());
+  if (m.first)
+    out.push_back({"embedding.word_embeddings.weight", "embedding.word_embeddings.weight", &m.wte, &m.wte_g, -1, -1});
+  for (int l = 0; l < n_layers; ++l)
+    for (auto& b : m.layers[static_cast<std::size_t>(l)].blocks) {
       const std::string norm = prenorm_name(b.symbol);
-      out.push_back({b.key_prefix + norm, b.canonical_prefix + norm, &b.norm_w, &b.norm_g});
+      out.push_back({b.key_prefix + norm, b.canonical_prefix + norm, &b.norm_w, &b.norm_g, -1, l});
       auto add = [&](const std::string& name, Tf& v, Tf& g) {
         int expert = -1;
         const std::string tag = "mlp.experts.local_experts.";
         if (name.rfind(tag, 0) == 0) expert = std::stoi(name.substr(tag.size()));
-        out.push_back({b.key_prefix + name, b.canonical_prefix + name, &v, &g, expert});
+        out.push_back({b.key_prefix + name, b.canonical_prefix + name, &v, &g, expert, l});
       };
       if (b.member) b.member->for_each_param(add);
       if (b.moe) b.moe->for_each_param(add);
     }
+  if (m.last) {
+    out.push_back({m.final_norm_key, "decoder.final_norm.weight", &m.final_norm, &m.final_norm_g, -1, n_layers});
+    out.push_back({"output_layer.weight", "output_layer.weight", &m.out_w, &m.out_w_g, -1, n_layers + 1});
+  }
+  return out;
+}
+
+// The whole model as DP column d holds it (rank (s, d) of every stage s), in HybridModel's
+// parameter order: the order of every reduction over parameters (the global gradient norm) and
+// of the checkpoint, whatever the pipeline split.
+std::vector<std::pair<int, ParamEntry>> model_column(Executor::Impl& im, int d) {
+  std::vector<std::pair<int, ParamEntry>> out;
+  for (int s = 0; s < im.plan.pp; ++s) {
+    const int r = im.rank_of(s, d);
+    for (auto& e : list_params(im.models[static_cast<std::size_t>(r)])) out.emplace_back(r, std::move(e));
+  }
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second.order < b.second.order; });
   return out;
 }
 
@@ -507,12 +636,14 @@ Executor::Executor(const patterns::ParsedPattern& pattern, const ModelConfig& cf
     : impl_(std::make_unique<Impl>()) {
   auto& im = *impl_;
   if (auto msg = unsupported_symbols(pattern); !msg.empty()) throw EngineError(ErrorCode::Unsupported, msg);
-  if (pattern.mtp_depths > 0) fail("MTP depths are not run by the executor yet; use 'train' without --ep");
-  if (plan.pp != 1) fail("pipeline parallelism (pp " + std::to_string(plan.pp) + ") is not run by the executor yet");
+  if (pattern.mtp_depths > 0)
+    fail("MTP depths ('/" + pattern.mtp + "') are not run by the executor yet (at any pp); use 'train' without --ep/--pp");
   if (plan.dp != plan.ep)
     fail("the executor runs DP = EP (every rank holds a shard of the experts); got dp " + std::to_string(plan.dp) +
          ", ep " + std::to_string(plan.ep));
-  if (plan.global_ranks() != plan.dp) fail("plan has " + std::to_string(plan.global_ranks()) + " ranks for dp " + std::to_string(plan.dp));
+  if (plan.pp < 1 || plan.vpp < 1 || plan.global_ranks() != plan.pp * plan.dp)
+    fail("plan has " + std::to_string(plan.global_ranks()) + " ranks for pp " + std::to_string(plan.pp) + " x dp " +
+         std::to_string(plan.dp));
   if (patterns::flatten(patterns::parse(plan.pattern)).flattened_symbols() != pattern.flattened_symbols() ||
       patterns::parse(plan.pattern).logical_count() != pattern.logical_count())
     fail("plan was built for pattern '" + plan.pattern + "', not '" + pattern.text + "'");
@@ -526,7 +657,8 @@ Executor::Executor(const patterns::ParsedPattern& pattern, const ModelConfig& cf
   im.options = options;
   im.nranks = im.plan.global_ranks();
   im.local_experts = has_moe ? cfg.num_experts / im.plan.ep : 0;
-  for (int r = 0; r < im.nranks; ++r) im.models.push_back(im.build_rank(seed));
+  im.stages = read_layout(im.plan, pattern.logical_count());
+  for (int r = 0; r < im.nranks; ++r) im.models.push_back(im.build_rank(seed, im.at(r)));
   im.adam.resize(static_cast<std::size_t>(im.nranks));
 }
 
@@ -539,12 +671,14 @@ std::vector<ParamRef<float>> Executor::Impl::owned(Executor& ex, int rank) {
 
 double Executor::optimizer_step(const AdamWConfig& cfg) {
   auto& im = *impl_;
+  // One sum in a fixed order, whatever the pipeline split: DP column after column, each in the
+  // model's parameter order; non-expert gradients (identical on every DP rank after the
+  // all-reduce) from column 0 only, experts from their owners.
   double ss = 0;
-  for (int r = 0; r < im.nranks; ++r)
-    for (auto& p : Impl::owned(*this, r)) {
-      const bool expert = p.canonical.find("local_experts") != std::string::npos;
-      if (!expert && r != 0) continue;  // identical on every rank: count once
-      for (float g : p.grad->data) ss += static_cast<double>(g) * static_cast<double>(g);
+  for (int d = 0; d < im.plan.dp; ++d)
+    for (auto& [r, e] : model_column(im, d)) {
+      if (!owns(r, e.canonical) || (e.expert < 0 && d != 0)) continue;
+      for (float g : e.grad->data) ss += static_cast<double>(g) * static_cast<double>(g);
     }
   const double norm = std::sqrt(ss);
   const float clip = (cfg.clip_norm > 0 && norm > cfg.clip_norm) ? static_cast<float>(cfg.clip_norm / norm) : 1.0f;
@@ -564,12 +698,10 @@ std::int64_t Executor::optimizer_steps() const { return impl_->adam.at(0).step; 
 
 void Executor::save(const std::string& path) const {
   auto& im = *impl_;
-  auto& self = const_cast<Executor&>(*this);
   std::vector<std::pair<std::string, const Tf*>> tensors;
-  for (int r = 0; r < im.nranks; ++r)
-    for (auto& p : Impl::owned(self, r)) {
-      const bool expert = p.canonical.find("local_experts") != std::string::npos;
-      if (!expert && r != 0) continue;
+  for (int d = 0; d < im.plan.dp; ++d)
+    for (auto& [r, p] : model_column(im, d)) {
+      if (!owns(r, p.canonical) || (p.expert < 0 && d != 0)) continue;  // each tensor from its owner, once
       tensors.emplace_back("param/" + p.canonical, p.value);
       auto& st = im.adam[static_cast<std::size_t>(r)];
       if (auto it = st.exp_avg.find(p.canonical); it != st.exp_avg.end()) tensors.emplace_back("exp_avg/" + p.canonical, &it->second);
@@ -594,7 +726,8 @@ void Executor::load(const std::string& path) {
   }
   // Validate everything before changing anything.
   std::size_t expected = 0;
-  for (auto& p : parameters(0)) {
+  for (auto& column_entry : model_column(im, 0)) {  // every parameter of the model, once
+    const ParamEntry& p = column_entry.second;
     auto it = f.tensors.find("param/" + p.canonical);
     if (it == f.tensors.end()) bad("missing parameter " + p.canonical);
     if (it->second.shape != p.value->shape) bad("parameter " + p.canonical + " has the wrong shape");
@@ -628,23 +761,38 @@ Executor& Executor::operator=(Executor&&) noexcept = default;
 int Executor::ranks() const { return impl_->nranks; }
 const schedule::Plan& Executor::plan() const { return impl_->plan; }
 
+int Executor::data_ranks() const { return impl_->plan.dp; }
+int Executor::pipeline_stage(int rank) const { return impl_->at(rank).pp_rank; }
+
 std::vector<ParamRef<float>> Executor::parameters(int rank) {
   std::vector<ParamRef<float>> out;
   for (auto& e : list_params(impl_->models.at(static_cast<std::size_t>(rank))))
     out.push_back({e.key, e.canonical, e.value, e.grad});
-  out.push_back({patterns::final_norm_prefix(impl_->pattern) + "weight", "decoder.final_norm.weight",
-                 &impl_->models[static_cast<std::size_t>(rank)].final_norm,
-                 &impl_->models[static_cast<std::size_t>(rank)].final_norm_g});
-  out.push_back({"output_layer.weight", "output_layer.weight", &impl_->models[static_cast<std::size_t>(rank)].out_w,
-                 &impl_->models[static_cast<std::size_t>(rank)].out_w_g});
   return out;
 }
 
 bool Executor::owns(int rank, const std::string& canonical) const {
+  const auto& im = *impl_;
+  const RankModel& m = im.models.at(static_cast<std::size_t>(rank));
+  if (canonical == "embedding.word_embeddings.weight") return m.first;
+  if (canonical == "decoder.final_norm.weight" || canonical == "output_layer.weight") return m.last;
+  // "layers.<physical>.<...>": held when the logical layer of that physical layer is.
+  const std::string head = "layers.";
+  if (canonical.rfind(head, 0) != 0) return false;
+  int phys = 0;
+  try {
+    phys = std::stoi(canonical.substr(head.size()));
+  } catch (const std::exception&) {
+    return false;
+  }
+  bool held = false;
+  for (const auto& layer : m.layers)
+    for (const auto& b : layer.blocks) held |= b.physical == phys;
+  if (!held) return false;
   const std::string tag = "mlp.experts.local_experts.";
   auto pos = canonical.find(tag);
-  if (pos == std::string::npos || impl_->local_experts == 0) return true;
-  return std::stoi(canonical.substr(pos + tag.size())) / impl_->local_experts == rank;
+  if (pos == std::string::npos || im.local_experts == 0) return true;
+  return std::stoi(canonical.substr(pos + tag.size())) / im.local_experts == im.at(rank).ep_rank;
 }
 
 void Executor::zero_grad() {
@@ -654,9 +802,10 @@ void Executor::zero_grad() {
 
 StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
   auto& im = *impl_;
-  const int mbs = im.plan.microbatches;
-  if (static_cast<int>(batches.size()) != im.nranks)
-    throw EngineError(ErrorCode::BadInput, "executor: need batches for " + std::to_string(im.nranks) + " ranks");
+  const int mbs = im.plan.microbatches, dp = im.plan.dp, pp = im.plan.pp, vpp = im.plan.vpp;
+  const int n_layers = static_cast<int>(im.stages.layer_stage.size());
+  if (static_cast<int>(batches.size()) != dp)
+    throw EngineError(ErrorCode::BadInput, "executor: need batches for " + std::to_string(dp) + " data-parallel ranks");
   double tokens = 0;
   for (const auto& rb : batches) {
     if (static_cast<int>(rb.size()) != mbs)
@@ -677,20 +826,37 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
   wo.ranks = im.nranks;
   wo.link = im.options.link;
   runtime::CpuWorld world(wo);
-  std::vector<int> members(static_cast<std::size_t>(im.nranks));
-  for (int r = 0; r < im.nranks; ++r) members[static_cast<std::size_t>(r)] = r;
-  auto comms = world.transport().create_group("ep", members);
+  // Per pipeline stage one EP group (all-to-alls) and one DP group (gradient all-reduce) over
+  // its DP ranks (DP = EP: the same members, separate call sequences); one group of all ranks
+  // carries the pipeline's point-to-point transfers, addressed by global rank.
+  std::vector<std::vector<std::unique_ptr<runtime::Communicator>>> ep_comms, dp_comms;
+  for (int s = 0; s < pp; ++s) {
+    std::vector<int> members;
+    for (int d = 0; d < dp; ++d) members.push_back(im.rank_of(s, d));
+    ep_comms.push_back(world.transport().create_group("ep" + std::to_string(s), members));
+    dp_comms.push_back(world.transport().create_group("dp" + std::to_string(s), members));
+  }
+  std::vector<int> everyone(static_cast<std::size_t>(im.nranks));
+  for (int r = 0; r < im.nranks; ++r) everyone[static_cast<std::size_t>(r)] = r;
+  auto pipe_comms = world.transport().create_group("pipeline", everyone);
 
-  // chunks[rank][microbatch]
-  std::vector<std::vector<ChunkState>> chunks(static_cast<std::size_t>(im.nranks));
+  // chunks[rank][microbatch][vp_stage]
+  std::vector<std::vector<std::vector<ChunkState>>> chunks(static_cast<std::size_t>(im.nranks));
   for (int r = 0; r < im.nranks; ++r) {
+    const RankLayout& lo = im.at(r);
     auto& rc = chunks[static_cast<std::size_t>(r)];
     rc.resize(static_cast<std::size_t>(mbs));
     for (int mb = 0; mb < mbs; ++mb) {
-      auto& cs = rc[static_cast<std::size_t>(mb)];
-      cs.batch = &batches[static_cast<std::size_t>(r)][static_cast<std::size_t>(mb)];
-      cs.weight = weight;
-      for (auto& layer : im.models[static_cast<std::size_t>(r)].layers) cs.layers.push_back(im.new_layer_state(layer));
+      rc[static_cast<std::size_t>(mb)].resize(static_cast<std::size_t>(vpp));
+      for (int vp = 0; vp < vpp; ++vp) {
+        auto& cs = rc[static_cast<std::size_t>(mb)][static_cast<std::size_t>(vp)];
+        cs.batch = &batches[static_cast<std::size_t>(lo.dp_rank)][static_cast<std::size_t>(mb)];
+        cs.weight = weight;
+        cs.layers.resize(static_cast<std::size_t>(n_layers));
+        for (int l = 0; l < n_layers; ++l)
+          if (lo.holds[static_cast<std::size_t>(l)] && im.stages.layer_vp[static_cast<std::size_t>(l)] == vp)
+            cs.layers[static_cast<std::size_t>(l)] = im.new_layer_state(im.models[static_cast<std::size_t>(r)].layers[static_cast<std::size_t>(l)]);
+      }
     }
   }
   // A slot whose weight gradients the plan does not delay (no W node: e.g. a lone 'E', whose
@@ -702,48 +868,46 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
 
   world.run([&](runtime::RankContext& ctx) {
     const int r = ctx.rank;
+    const RankLayout& lo = im.at(r);
+    const int ep = lo.ep_rank;  // which shard of the experts this rank holds
     RankModel& m = im.models[static_cast<std::size_t>(r)];
-    runtime::Communicator& comm = *comms[static_cast<std::size_t>(r)];
+    runtime::Communicator& comm = *ep_comms[static_cast<std::size_t>(lo.pp_rank)][static_cast<std::size_t>(lo.dp_rank)];
+    runtime::Communicator& dp_comm = *dp_comms[static_cast<std::size_t>(lo.pp_rank)][static_cast<std::size_t>(lo.dp_rank)];
+    runtime::Communicator& pipe = *pipe_comms[static_cast<std::size_t>(r)];
     runtime::EventChains chains([&ctx] { return ctx.make_event(); });
     const auto& rp = im.plan.ranks.at(static_cast<std::size_t>(r));
     for (int id : rp.issue) {
       const schedule::Node& node = im.plan.node(id);
+      if (node.rank != r) throw EngineError(ErrorCode::BadConfig, "executor: rank " + std::to_string(r) + " issues node " + node.label() + " of rank " + std::to_string(node.rank));
       runtime::Stream& stream = ctx.stream(node.stream == schedule::Stream::Comm ? runtime::kCommStream : runtime::kComputeStream);
-      runtime::WorkLabel label{node.label(), std::string(schedule::to_string(node.slot)),
-                               {{"microbatch", std::to_string(node.microbatch)},
-                                {"layer", std::to_string(node.layer)},
-                                {"phase", std::string(schedule::to_string(node.phase))},
-                                {"node", std::to_string(node.id)}}};
+      runtime::WorkLabel label{node.label(), std::string(schedule::to_string(node.slot)), schedule::node_args(node)};
       if (node.slot == Slot::GradAllReduce) {
         if (node.symbols == "expert") throw EngineError(ErrorCode::BadConfig, "executor: expert all-reduce (dp > ep) not supported");
         chains.wait_all(stream);
-        stream.enqueue([&im, &m, &comm] {
+        stream.enqueue([&m, &dp_comm] {
           std::vector<float> buf;
           auto params = list_params(m);
           for (auto& p : params)
             if (p.expert < 0) buf.insert(buf.end(), p.grad->data.begin(), p.grad->data.end());
-          for (Tf* t : {&m.final_norm_g, &m.out_w_g}) buf.insert(buf.end(), t->data.begin(), t->data.end());
-          comm.all_reduce_sum(buf.data(), buf.size(), "gradient all-reduce");
+          dp_comm.all_reduce_sum(buf.data(), buf.size(), "gradient all-reduce");
           std::size_t at = 0;
           for (auto& p : params)
             if (p.expert < 0) {
               std::copy_n(buf.begin() + static_cast<long>(at), p.grad->size(), p.grad->data.begin());
               at += p.grad->size();
             }
-          for (Tf* t : {&m.final_norm_g, &m.out_w_g}) {
-            std::copy_n(buf.begin() + static_cast<long>(at), t->size(), t->data.begin());
-            at += t->size();
-          }
-          (void)im;
         }, label);
         continue;
       }
-      ChunkState& cs = chunks[static_cast<std::size_t>(r)].at(static_cast<std::size_t>(node.microbatch));
+      if (node.microbatch < 0 || node.microbatch >= mbs)
+        throw EngineError(ErrorCode::BadConfig, "executor: node " + node.label() + " names microbatch " + std::to_string(node.microbatch));
+      ChunkState& cs = chunks[static_cast<std::size_t>(r)][static_cast<std::size_t>(node.microbatch)][static_cast<std::size_t>(node.vp_stage)];
       LogicalLayer* layer = node.layer >= 0 ? &m.layers.at(static_cast<std::size_t>(node.layer)) : nullptr;
       LayerState* ls = node.layer >= 0 ? &cs.layers.at(static_cast<std::size_t>(node.layer)) : nullptr;
       if ((node.slot == Slot::Dispatch || node.slot == Slot::Combine) && (!layer || !layer->moe()))
         throw EngineError(ErrorCode::BadConfig, "executor: node " + node.label() + " is a comm node of a dense layer");
-      if (node.layer < 0 && node.slot != Slot::PreProcess && node.slot != Slot::PostProcess)
+      if (node.layer < 0 && node.slot != Slot::PreProcess && node.slot != Slot::PostProcess && node.slot != Slot::PipeSend &&
+          node.slot != Slot::PipeRecv)
         throw EngineError(ErrorCode::BadConfig, "executor: node " + node.label() + " names no layer");
       runtime::Work work;
       switch (node.slot) {
@@ -765,13 +929,13 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
           else work = [&im, layer, ls] { im.pre_dispatch_weight(*layer, *ls); };
           break;
         case Slot::Mlp:
-          if (node.phase == Phase::Forward) work = [&im, layer, ls, &cs, r] { im.mlp_forward_slot(*layer, *ls, cs, r); };
+          if (node.phase == Phase::Forward) work = [&im, layer, ls, &cs, ep] { im.mlp_forward_slot(*layer, *ls, cs, ep); };
           else if (node.phase == Phase::Backward)
-            work = [&im, layer, ls, &cs, r, delayed = has_w.count({r, node.microbatch, node.layer, node.slot}) > 0] {
-              im.mlp_backward_slot(*layer, *ls, cs, r);
-              if (!delayed) im.mlp_weight(*layer, *ls, r);
+            work = [&im, layer, ls, &cs, ep, delayed = has_w.count({r, node.microbatch, node.layer, node.slot}) > 0] {
+              im.mlp_backward_slot(*layer, *ls, cs, ep);
+              if (!delayed) im.mlp_weight(*layer, *ls, ep);
             };
-          else work = [&im, layer, ls, r] { im.mlp_weight(*layer, *ls, r); };
+          else work = [&im, layer, ls, ep] { im.mlp_weight(*layer, *ls, ep); };
           break;
         case Slot::Dispatch:
           if (node.phase == Phase::Forward)
@@ -801,6 +965,29 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
               im.exchange_to_experts(comm, st.routing, st.dperm_out, st.layout, false, st.dexpert_out, "combine backward");
             };
           break;
+        case Slot::PipeSend:
+        case Slot::PipeRecv: {
+          // Activations forward, their gradients backward, between neighbouring model chunks;
+          // buffered send, blocking receive, both on the comm stream in plan order.
+          const schedule::Node& peer = im.pipe_partner(node);
+          const bool fwd = node.phase == Phase::Forward;
+          const int recv_vp = node.slot == Slot::PipeSend ? peer.vp_stage : node.vp_stage;
+          const int tag = (node.microbatch * vpp + recv_vp) * 2 + (fwd ? 0 : 1);
+          if (node.slot == Slot::PipeSend)
+            work = [&pipe, &cs, fwd, to = peer.rank, tag] {
+              const Tf& t = fwd ? cs.h : cs.dh;
+              pipe.send<float>(to, tag, std::span<const float>(t.data), fwd ? "pipeline activations" : "pipeline gradients");
+            };
+          else
+            work = [&pipe, &cs, fwd, from = peer.rank, tag, c = im.cfg.hidden] {
+              Tf& t = fwd ? cs.h : cs.dh;
+              std::vector<int> shape = cs.batch->tokens.shape;
+              shape.push_back(c);
+              t = Tf(shape);
+              pipe.recv<float>(from, tag, std::span<float>(t.data), fwd ? "pipeline activations" : "pipeline gradients");
+            };
+          break;
+        }
         default:
           throw EngineError(ErrorCode::BadConfig, std::string("executor: slot ") + std::string(schedule::to_string(node.slot)) +
                                                       " is not supported yet");
@@ -810,21 +997,30 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
     }
   });
 
+  // Losses per (DP rank, microbatch), summed as the single-stage run sums them: router losses
+  // in layer order (from whichever stage holds the layer), then the main loss of the last stage.
   StepResult result;
-  result.loss.assign(static_cast<std::size_t>(im.nranks), std::vector<double>(static_cast<std::size_t>(mbs), 0.0));
-  for (int r = 0; r < im.nranks; ++r)
+  result.loss.assign(static_cast<std::size_t>(dp), std::vector<double>(static_cast<std::size_t>(mbs), 0.0));
+  for (int d = 0; d < dp; ++d)
     for (int mb = 0; mb < mbs; ++mb) {
-      auto& cs = chunks[static_cast<std::size_t>(r)][static_cast<std::size_t>(mb)];
       double aux = 0;
-      for (auto& ls : cs.layers)
+      for (int l = 0; l < n_layers; ++l) {
+        const auto r = static_cast<std::size_t>(im.rank_of(im.stages.layer_stage[static_cast<std::size_t>(l)], d));
+        const auto vp = static_cast<std::size_t>(im.stages.layer_vp[static_cast<std::size_t>(l)]);
+        const auto& ls = chunks[r][static_cast<std::size_t>(mb)][vp].layers[static_cast<std::size_t>(l)];
         if (ls.moe) aux += static_cast<double>(ls.moe->routing.aux_loss) + static_cast<double>(ls.moe->routing.z_loss);
-      result.loss[static_cast<std::size_t>(r)][static_cast<std::size_t>(mb)] = cs.loss + aux;
-      result.total += cs.loss + aux;
+      }
+      const auto last = static_cast<std::size_t>(im.rank_of(pp - 1, d));
+      const double main = chunks[last][static_cast<std::size_t>(mb)][static_cast<std::size_t>(vpp - 1)].loss;
+      result.loss[static_cast<std::size_t>(d)][static_cast<std::size_t>(mb)] = main + aux;
+      result.total += main + aux;
     }
   result.timeline = world.timeline();
   result.timeline.source = "engine";
   result.timeline.metadata["schedule"] = im.plan.schedule;
   result.timeline.metadata["pattern"] = im.plan.pattern;
+  result.timeline.metadata["pp"] = std::to_string(pp);
+  result.timeline.metadata["vpp"] = std::to_string(vpp);
   return result;
 }
 

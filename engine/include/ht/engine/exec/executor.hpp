@@ -13,7 +13,15 @@
 // parameter gradient. Without delayed wgrad that step directly follows the backward; with it, it
 // runs in the plan's W node. Both orders therefore produce the same bits.
 //
-// Scope today: PP = 1, DP = EP (every rank holds num_experts / EP experts), no MTP depths.
+// Pipeline parallelism: global rank = pp_rank * dp + dp_rank (the plan's numbering). A rank holds
+// only its stage's layers (all its model chunks with VPP), plus the embedding on stage 0 and the
+// final norm and output layer on the last stage; activations go forward and gradients backward
+// point to point on the comm stream, and non-expert gradients are all-reduced within each
+// stage's DP group. Per layer, gradients accumulate over the same microbatches in the same order
+// as with PP = 1, so PP = k (with or without VPP, sequential or interleaved 1F1B) equals PP = 1
+// bit for bit: loss, gradients, and parameters after optimizer steps.
+//
+// Scope today: DP = EP (every rank holds num_experts / EP experts), no MTP depths.
 #pragma once
 
 #include <cstdint>
@@ -40,8 +48,9 @@ struct ExecutorOptions {
 };
 
 struct StepResult {
-  // loss[rank][microbatch]: the main-head loss contribution of that microbatch, already
-  // weighted by 1 / (tokens of the whole step over all ranks), plus its router losses.
+  // loss[dp_rank][microbatch]: the main-head loss contribution of that microbatch, already
+  // weighted by 1 / (tokens of the whole step over all ranks), plus its router losses (of every
+  // pipeline stage, in layer order). With PP = 1, dp_rank = rank.
   std::vector<std::vector<double>> loss;
   double total = 0;  // sum over ranks and microbatches
   traces::Timeline timeline;
@@ -53,8 +62,8 @@ schedule::ModelDims schedule_dims(const ModelConfig& cfg, int micro_batch, int s
 
 class Executor {
  public:
-  // Throws EngineError when the plan does not fit the pattern (layers, ranks) or asks for what
-  // the executor does not run yet (PP > 1, DP != EP, MTP).
+  // Throws EngineError when the plan does not fit the pattern (layers, ranks, stages) or asks
+  // for what the executor does not run yet (DP != EP, MTP).
   Executor(const patterns::ParsedPattern& pattern, const ModelConfig& cfg, std::uint64_t seed,
            schedule::Plan plan, ExecutorOptions options = {});
   ~Executor();
@@ -62,15 +71,18 @@ class Executor {
   Executor& operator=(Executor&&) noexcept;
 
   // One step: every rank runs every microbatch forward and backward in plan order, then the
-  // non-expert gradients are all-reduced over the DP group. batches[rank][microbatch].
+  // non-expert gradients are all-reduced over the DP group of each stage.
+  // batches[dp_rank][microbatch] (data_ranks() lists; stage 0 reads the tokens, the last stage
+  // the targets).
   // Gradients accumulate into the ranks' parameters (call zero_grad() between steps).
   StepResult step(const std::vector<std::vector<Batch>>& batches);
   void zero_grad();
 
-  // AdamW on every rank over the parameters it owns (non-expert parameters and its experts).
-  // The clipping norm is the one global norm of the whole model: non-expert gradients once
-  // (identical on all ranks after the all-reduce) plus every rank's own experts, summed in a
-  // fixed order, so every rank applies the same factor. Returns that norm.
+  // AdamW on every rank over the parameters it owns (its stage's non-expert parameters and its
+  // experts). The clipping norm is the one global norm of the whole model: non-expert gradients
+  // once (identical on all DP ranks after the all-reduce) plus every rank's own experts, summed
+  // in a fixed order (DP rank by DP rank, each in the model's parameter order across stages), so
+  // every rank applies the same factor and PP = k sums exactly as PP = 1. Returns that norm.
   double optimizer_step(const AdamWConfig& cfg);
   std::int64_t optimizer_steps() const;
 
@@ -82,12 +94,16 @@ class Executor {
   // is changed then.
   void load(const std::string& path);
 
-  int ranks() const;
+  int ranks() const;       // global ranks: pp x dp
+  int data_ranks() const;  // DP ranks per stage: the batch lists step() takes
+  int pipeline_stage(int rank) const;
   const schedule::Plan& plan() const;
-  // Parameters of one rank in HybridModel::parameters() order (canonical names equal the
-  // HybridModel's). Expert parameters of experts this rank does not own keep zero gradients.
+  // Parameters one rank holds, in HybridModel::parameters() order (canonical names equal the
+  // HybridModel's): the embedding on stage 0, its stage's layers, the final norm and output
+  // layer on the last stage. Expert parameters of experts this rank does not own keep zero
+  // gradients.
   std::vector<ParamRef<float>> parameters(int rank);
-  // Whether parameter `canonical` of `rank` is an expert this rank owns (or a non-expert).
+  // Whether `rank` holds parameter `canonical` and, for an expert, owns that expert.
   bool owns(int rank, const std::string& canonical) const;
 
   struct Impl;

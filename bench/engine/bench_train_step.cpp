@@ -1,9 +1,19 @@
 // Times one training step (forward, backward, AdamW) of a small hybrid model with the CPU engine
-// and with a PyTorch reference of the same model (torch_train_step.py: the layer definitions of
-// tests/oracle/torch_oracle.py composed by tests/engine/model_oracle.py, float32, one thread),
-// on the same weights and batch; prints both, the ratio, fwd+bwd per layer type and peak RSS.
+// and with a PyTorch eager peer of the same model (torch_train_step.py: tests/oracle's layer
+// definitions composed by tests/engine/model_oracle.py, with the recurrences, MoE and attention
+// swapped for the fastest eager forms of the same math), float32, on the same weights and batch
+// and the same thread count; prints both, the ratio, fwd+bwd per layer type, tokens/s, peak RSS
+// and the BLAS each side uses. Every figure is the median of --steps timed runs after a warm-up.
 // Not a test: it never fails on timing.
+//
+// Run (one command, from the repository root; a Release build with HT_MODULES including engine):
+//   cmake --build build-bench --target bench_engine_step && build-bench/bench/engine/bench_engine_step
 // Usage: bench_engine_step [--steps N] [--pattern P] [--python PATH] [--no-torch]
+// Threads: 1 on both sides. The engine computes on one thread per rank (EIGEN_DONT_PARALLELIZE,
+// OpenBLAS pinned to 1 in engine/src/cpu/gemm.cpp); the peer gets torch.set_num_threads(1) and
+// OPENBLAS_NUM_THREADS=1. The peer's BLAS is Debian's libblas.so.3 alternative: the bench prints
+// the library mapped into the Python process; with the reference BLAS (not libopenblas0-pthread)
+// the peer is far from its best and the bench says so.
 #include <sys/resource.h>
 
 #include <chrono>
@@ -12,6 +22,8 @@
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <algorithm>
+#include <vector>
 #include <memory>
 #include <string>
 
@@ -20,6 +32,7 @@
 
 #include "ht/engine/branch.hpp"
 #include "ht/engine/checkpoint.hpp"
+#include "ht/engine/cpu/gemm.hpp"
 #include "ht/engine/data.hpp"
 #include "ht/engine/model.hpp"
 #include "ht/engine/optimizer.hpp"
@@ -60,12 +73,18 @@ double peak_rss_mib() {
   return static_cast<double>(ru.ru_maxrss) / 1024.0;
 }
 
+// Median of `reps` timed calls after one warm-up call.
 template <class F>
 double time_ms(int reps, F&& f) {
-  f();  // warm-up
-  const auto t0 = Clock::now();
-  for (int i = 0; i < reps; ++i) f();
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / reps;
+  f();
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = Clock::now();
+    f();
+    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
 }
 
 }  // namespace
@@ -86,6 +105,11 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (steps < 1) {
+    std::cerr << "--steps must be >= 1\n";
+    return 2;
+  }
+  constexpr int kThreads = 1;
   const int B = 4, T = 256;
   const ModelConfig cfg = bench_config();
   HybridModel<float> model(ht::patterns::parse(pattern), cfg, 1);
@@ -136,7 +160,9 @@ int main(int argc, char** argv) {
 
   nlohmann::json ref;
   if (torch) {
-    const std::string cmd = python + " '" + HT_TORCH_STEP_SCRIPT + "' '" + dir.string() + "' " + std::to_string(steps);
+    const std::string cmd = "OPENBLAS_NUM_THREADS=" + std::to_string(kThreads) + " OMP_NUM_THREADS=" +
+                            std::to_string(kThreads) + " " + python + " '" + HT_TORCH_STEP_SCRIPT + "' '" +
+                            dir.string() + "' " + std::to_string(steps) + " " + std::to_string(kThreads);
     std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
     std::string text;
     if (pipe) {
@@ -152,30 +178,58 @@ int main(int argc, char** argv) {
   }
 
   std::cout << "hybrid training step: pattern " << pattern << ", hidden " << cfg.hidden << ", batch " << B
-            << " x seq " << T << ", " << model.num_parameters() << " parameters, 1 thread\n";
-  std::cout << std::fixed << std::setprecision(1);
+            << " x seq " << T << ", " << model.num_parameters() << " parameters, float32, median of " << steps
+            << " runs\n";
   const bool have = ref.contains("step_ms");
-  std::cout << "                      engine      pytorch    engine/pytorch\n";
-  auto row = [&](const std::string& name, double mine, const char* key, const char* sub = nullptr) {
-    std::cout << std::left << std::setw(20) << name << std::right << std::setw(9) << mine << " ms";
-    double theirs = -1;
-    if (have) theirs = sub ? ref[key].value(sub, -1.0) : ref.value(key, -1.0);
+  std::cout << "threads: engine " << kThreads;
+  if (have) std::cout << ", pytorch " << ref.value("threads", 0);
+  std::cout << "\nBLAS engine:  " << cpu::gemm_kernels() << "\n";
+  if (have) {
+    const auto& bl = ref["blas"];
+    std::string loaded;
+    for (const auto& l : bl.value("loaded", nlohmann::json::array())) loaded += (loaded.empty() ? "" : ", ") + l.get<std::string>();
+    std::cout << "BLAS pytorch: torch " << bl.value("torch", "?") << " built with " << bl.value("built_with", "?")
+              << ", loaded " << bl.value("kind", "?") << " (" << loaded << ")";
+    if (bl.contains("openblas_threads") && !bl["openblas_threads"].is_null())
+      std::cout << ", OpenBLAS threads " << bl["openblas_threads"].get<int>();
+    std::cout << "\n";
+    if (bl.value("kind", "") != "OpenBLAS")
+      std::cout << "WARNING: PyTorch is not on OpenBLAS, so it is far from its best (apt install "
+                   "libopenblas0-pthread; update-alternatives --config libblas.so.3-x86_64-linux-gnu)\n";
+  }
+  std::cout << std::fixed << std::setprecision(1);
+  std::cout << "                         engine        pytorch   engine/pytorch\n";
+  auto row = [&](const std::string& name, double mine, double theirs) {
+    std::cout << std::left << std::setw(22) << name << std::right << std::setw(9) << mine << " ms";
     if (theirs > 0)
-      std::cout << std::setw(10) << theirs << " ms" << std::setw(12) << std::setprecision(2) << mine / theirs
+      std::cout << std::setw(12) << theirs << " ms" << std::setw(14) << std::setprecision(2) << mine / theirs
                 << std::setprecision(1);
     std::cout << "\n";
   };
-  row("train step", step_ms, "step_ms");
+  const double ref_step = have ? ref.value("step_ms", -1.0) : -1.0;
+  row("train step", step_ms, ref_step);
   const std::map<char, std::string> names{{'M', "M mamba2"}, {'*', "* attention"}, {'G', "G gdn"},
                                           {'-', "- mlp"}, {'E', "E moe"}};
-  for (auto [sym, ms] : layer_ms) row("  fwd+bwd " + names.at(sym), ms, "layer_ms", std::string(1, sym).c_str());
-  std::cout << "peak RSS            " << std::setw(9) << rss << " MiB";
-  if (have) std::cout << std::setw(10) << ref.value("peak_rss_mib", 0.0) << " MiB";
+  for (char sym : std::string("M*G-E")) {
+    const std::string key(1, sym);
+    const double theirs = have && ref["layer_ms"].contains(key) ? ref["layer_ms"][key].get<double>() : -1.0;
+    row("  fwd+bwd " + names.at(sym), layer_ms.at(sym), theirs);
+  }
+  const double tokens = static_cast<double>(B) * T;
+  std::cout << std::left << std::setw(22) << "tokens/s (train step)" << std::right << std::setw(9)
+            << tokens / step_ms * 1000.0 << "   ";
+  if (ref_step > 0) std::cout << std::setw(12) << tokens / ref_step * 1000.0;
   std::cout << "\n";
-  if (have)
+  std::cout << std::left << std::setw(22) << "peak RSS" << std::right << std::setw(9) << rss << " MiB";
+  if (have) std::cout << std::setw(12) << ref.value("peak_rss_mib", 0.0) << " MiB";
+  std::cout << "\n";
+  if (have) {
     std::cout << "loss (same weights, first step): engine " << std::setprecision(5) << first_loss << ", pytorch "
               << ref.value("first_loss", 0.0) << "\n";
-  std::cout << "PyTorch reference: tests/oracle layer definitions (per-step scans for M/G, every expert "
-               "evaluated densely for E), float32, torch.set_num_threads(1).\n";
+    std::cout << "peer layers vs tests/oracle layers on the bench input (rel. error):";
+    for (const auto& [sym, err] : ref["peer_check"].items())
+      std::cout << " " << sym << " " << std::scientific << std::setprecision(1) << err.get<double>();
+    std::cout << std::fixed << "\n";
+  }
   return 0;
 }

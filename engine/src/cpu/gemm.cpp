@@ -1,12 +1,47 @@
 // Eigen-backed GEMM of the CPU reference backend (see gemm.hpp for the layout convention).
 // Eigen runs single-threaded here (no OpenMP in this build), and its blocking depends only on the
 // shapes, so the same shapes give the same bits on every run: the determinism the engine relies on.
+// With HT_EIGEN_BLAS (engine/CMakeLists.txt) Eigen hands its GEMMs to OpenBLAS (EIGEN_USE_BLAS);
+// OpenBLAS is then pinned to one thread, so each call runs in its caller's thread with a blocking
+// that depends only on the shapes, the same guarantee.
 #include "ht/engine/cpu/gemm.hpp"
+
+#include <string>
 
 #include <Eigen/Core>
 
+#ifdef HT_OPENBLAS
+extern "C" {
+void openblas_set_num_threads(int num_threads);
+char* openblas_get_config(void);
+char* openblas_get_corename(void);
+}
+#endif
+
 namespace ht::engine::cpu {
+
+std::string gemm_kernels() {
+#ifdef HT_OPENBLAS
+  return std::string("Eigen ") + std::to_string(EIGEN_WORLD_VERSION) + "." +
+         std::to_string(EIGEN_MAJOR_VERSION) + "." + std::to_string(EIGEN_MINOR_VERSION) +
+         " + EIGEN_USE_BLAS -> " + openblas_get_config() + " (core " + openblas_get_corename() +
+         "), 1 thread per calling thread";
+#else
+  return std::string("Eigen ") + std::to_string(EIGEN_WORLD_VERSION) + "." +
+         std::to_string(EIGEN_MAJOR_VERSION) + "." + std::to_string(EIGEN_MINOR_VERSION) +
+         " own GEMM kernels, single-threaded";
+#endif
+}
+
 namespace {
+// Once per process, before the first GEMM: OpenBLAS's own thread pool would split the work by
+// the pool's size (and contend with the executor's rank threads).
+void pin_blas_threads() {
+#ifdef HT_OPENBLAS
+  static const bool pinned = (openblas_set_num_threads(1), true);
+  (void)pinned;
+#endif
+}
 template <class T>
 using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 template <class T>
@@ -19,6 +54,7 @@ template <class T>
 void matmul(T* out, const T* a, const T* b, int m, int n, int k, bool trans_a, bool trans_b,
             bool accumulate) {
   if (m == 0 || n == 0) return;
+  pin_blas_threads();
   MMap<T> c(out, m, n);
   if (k == 0) {
     if (!accumulate) c.setZero();

@@ -1,6 +1,7 @@
 // CPU reference causal GQA attention with RoPE and an optional window (see attention.hpp).
-// Plain loops over (batch, head, query): every sum has one fixed order, so the result is the same
-// bits on every run; the GEMMs on either side go through cpu::matmul.
+// Per (batch, head) the score and value products are (T, T) GEMMs through cpu::matmul (entries
+// outside the causal window are computed and then set to 0 in att, so they add nothing); the
+// softmax is per row. Every sum has a fixed order for fixed shapes: the same bits on every run.
 #include "ht/engine/layers/attention.hpp"
 
 #include <algorithm>
@@ -48,6 +49,36 @@ Dims dims_of(const ModelConfig& cfg, const Tensor<T>& inp) {
 
 inline int window_start(int t, int window) { return window > 0 && t - window + 1 > 0 ? t - window + 1 : 0; }
 
+// RoPE's cos and sin per (position, channel pair), computed once per call with math::rope_row's
+// expressions instead of once per head row.
+template <class T>
+struct RopeTable {
+  int half = 0;
+  std::vector<T> cs, sn;  // (T, d/2)
+  RopeTable(int t, int d, T theta) : half(d / 2) {
+    cs.resize(static_cast<std::size_t>(t) * half);
+    sn.resize(cs.size());
+    for (int pos = 0; pos < t; ++pos)
+      for (int i = 0; i < half; ++i) {
+        const T freq = std::pow(theta, -T(2 * i) / T(d));
+        const T ang = T(pos) * freq;
+        cs[static_cast<std::size_t>(pos) * half + i] = std::cos(ang);
+        sn[static_cast<std::size_t>(pos) * half + i] = std::sin(ang);
+      }
+  }
+  // x (d) at position pos rotated by +angle, or by -angle when inverse (the transpose).
+  void apply(T* x, int pos, bool inverse) const {
+    const T* c = cs.data() + static_cast<std::size_t>(pos) * half;
+    const T* sv = sn.data() + static_cast<std::size_t>(pos) * half;
+    for (int i = 0; i < half; ++i) {
+      const T s = inverse ? -sv[i] : sv[i];
+      const T a = x[i], b = x[i + half];
+      x[i] = a * c[i] - b * s;
+      x[i + half] = b * c[i] + a * s;
+    }
+  }
+};
+
 }  // namespace
 
 template <class T>
@@ -70,51 +101,52 @@ void attention_forward(const ModelConfig& cfg, const AttentionParams<T>& p, cons
   cache.q = Tensor<T>({dm.b, dm.h, dm.t, dm.d});
   cache.k = Tensor<T>({dm.b, dm.g, dm.t, dm.d});
   cache.v = Tensor<T>({dm.b, dm.g, dm.t, dm.d});
-  const T theta = static_cast<T>(cfg.rope_theta);
+  const RopeTable<T> rope(cfg.rope ? dm.t : 0, dm.d, static_cast<T>(cfg.rope_theta));
   for (int b = 0; b < dm.b; ++b)
     for (int t = 0; t < dm.t; ++t) {
       const T* row = qkv.data() + static_cast<long>(b * dm.t + t) * dm.qkv_width;
       for (int hh = 0; hh < dm.h; ++hh) {
         T* q = cache.q.ptr() + (static_cast<long>(b * dm.h + hh) * dm.t + t) * dm.d;
         std::copy_n(row + dm.q_row(hh), dm.d, q);
-        if (cfg.rope) math::rope_row(q, dm.d, t, theta, false);
+        if (cfg.rope) rope.apply(q, t, false);
       }
       for (int gg = 0; gg < dm.g; ++gg) {
         T* k = cache.k.ptr() + (static_cast<long>(b * dm.g + gg) * dm.t + t) * dm.d;
         T* v = cache.v.ptr() + (static_cast<long>(b * dm.g + gg) * dm.t + t) * dm.d;
         std::copy_n(row + dm.k_row(gg), dm.d, k);
         std::copy_n(row + dm.v_row(gg), dm.d, v);
-        if (cfg.rope) math::rope_row(k, dm.d, t, theta, false);
+        if (cfg.rope) rope.apply(k, t, false);
       }
     }
 
   cache.att = Tensor<T>({dm.b, dm.h, dm.t, dm.t});
   cache.o = Tensor<T>({dm.b, dm.t, dm.h * dm.d});
   const T scale = T(1) / std::sqrt(static_cast<T>(dm.d));
-  std::vector<T> scores(static_cast<std::size_t>(dm.t));
+  const long tt = static_cast<long>(dm.t) * dm.t;
+  std::vector<T> o_bh(static_cast<std::size_t>(dm.t) * dm.d);
   for (int b = 0; b < dm.b; ++b)
     for (int hh = 0; hh < dm.h; ++hh) {
       const int gg = hh / dm.hpg;
+      const T* q = cache.q.ptr() + static_cast<long>(b * dm.h + hh) * dm.t * dm.d;
       const T* kb = cache.k.ptr() + static_cast<long>(b * dm.g + gg) * dm.t * dm.d;
       const T* vb = cache.v.ptr() + static_cast<long>(b * dm.g + gg) * dm.t * dm.d;
+      T* att = cache.att.ptr() + static_cast<long>(b * dm.h + hh) * tt;
+      // scores (T, T) = q (T, D) k^T; row t keeps [lo, t], scaled, then softmax in place.
+      cpu::matmul<T>(att, q, kb, dm.t, dm.t, dm.d, false, true);
       for (int t = 0; t < dm.t; ++t) {
-        const T* q = cache.q.ptr() + (static_cast<long>(b * dm.h + hh) * dm.t + t) * dm.d;
+        T* row = att + static_cast<long>(t) * dm.t;
         const int lo = window_start(t, window);
         const int len = t - lo + 1;
-        for (int u = lo; u <= t; ++u) {
-          T s = T(0);
-          for (int i = 0; i < dm.d; ++i) s += q[i] * kb[static_cast<long>(u) * dm.d + i];
-          scores[static_cast<std::size_t>(u - lo)] = s * scale;
-        }
-        T* att = cache.att.ptr() + (static_cast<long>(b * dm.h + hh) * dm.t + t) * dm.t;
-        math::softmax_row(att + lo, scores.data(), len);
-        T* o = cache.o.ptr() + static_cast<long>(b * dm.t + t) * dm.h * dm.d + hh * dm.d;
-        for (int u = lo; u <= t; ++u) {
-          const T a = att[u];
-          const T* v = vb + static_cast<long>(u) * dm.d;
-          for (int i = 0; i < dm.d; ++i) o[i] += a * v[i];
-        }
+        for (int u = lo; u <= t; ++u) row[u] *= scale;
+        math::softmax_row(row + lo, row + lo, len);
+        std::fill(row, row + lo, T(0));
+        std::fill(row + t + 1, row + dm.t, T(0));
       }
+      // o (T, D) = att v
+      cpu::matmul<T>(o_bh.data(), att, vb, dm.t, dm.d, dm.t);
+      for (int t = 0; t < dm.t; ++t)
+        std::copy_n(o_bh.data() + static_cast<long>(t) * dm.d, dm.d,
+                    cache.o.ptr() + static_cast<long>(b * dm.t + t) * dm.h * dm.d + hh * dm.d);
     }
 
   if (out.shape != inp.shape) out = Tensor<T>(inp.shape);
@@ -135,60 +167,51 @@ void attention_backward(const ModelConfig& cfg, const AttentionParams<T>& p,
 
   std::vector<T> dq(cache.q.size(), T(0)), dk(cache.k.size(), T(0)), dv(cache.v.size(), T(0));
   const T scale = T(1) / std::sqrt(static_cast<T>(dm.d));
-  std::vector<T> datt(static_cast<std::size_t>(dm.t)), dscore(static_cast<std::size_t>(dm.t));
+  const long tt = static_cast<long>(dm.t) * dm.t;
+  std::vector<T> datt(static_cast<std::size_t>(tt)), dscore(static_cast<std::size_t>(tt));
+  std::vector<T> do_bh(static_cast<std::size_t>(dm.t) * dm.d);
   for (int b = 0; b < dm.b; ++b)
     for (int hh = 0; hh < dm.h; ++hh) {
       const int gg = hh / dm.hpg;
       const long kv_base = static_cast<long>(b * dm.g + gg) * dm.t * dm.d;
+      const long q_base = static_cast<long>(b * dm.h + hh) * dm.t * dm.d;
+      const T* att = cache.att.ptr() + static_cast<long>(b * dm.h + hh) * tt;
+      for (int t = 0; t < dm.t; ++t)
+        std::copy_n(d_o.data() + static_cast<long>(b * dm.t + t) * dm.h * dm.d + hh * dm.d, dm.d,
+                    do_bh.data() + static_cast<long>(t) * dm.d);
+      // forward: o = att v, so datt = do v^T and dv += att^T do
+      cpu::matmul<T>(datt.data(), do_bh.data(), cache.v.ptr() + kv_base, dm.t, dm.t, dm.d, false,
+                     true);
+      cpu::matmul<T>(dv.data() + kv_base, att, do_bh.data(), dm.t, dm.d, dm.t, true, false, true);
+      // forward: att = softmax(scale q k^T) on [lo, t] of each row, 0 elsewhere
+      std::fill(dscore.begin(), dscore.end(), T(0));
       for (int t = 0; t < dm.t; ++t) {
-        const long q_off = (static_cast<long>(b * dm.h + hh) * dm.t + t) * dm.d;
-        const T* att = cache.att.ptr() + (static_cast<long>(b * dm.h + hh) * dm.t + t) * dm.t;
-        const T* dot_row = d_o.data() + static_cast<long>(b * dm.t + t) * dm.h * dm.d + hh * dm.d;
+        const long r = static_cast<long>(t) * dm.t;
         const int lo = window_start(t, window);
         const int len = t - lo + 1;
-        // forward: o_t = sum_u att_u v_u
-        for (int u = lo; u <= t; ++u) {
-          const T* v = cache.v.ptr() + kv_base + static_cast<long>(u) * dm.d;
-          T* dvu = dv.data() + kv_base + static_cast<long>(u) * dm.d;
-          T s = T(0);
-          for (int i = 0; i < dm.d; ++i) {
-            s += dot_row[i] * v[i];
-            dvu[i] += att[u] * dot_row[i];
-          }
-          datt[static_cast<std::size_t>(u - lo)] = s;
-        }
-        // forward: att = softmax(scores)
-        std::fill_n(dscore.begin(), len, T(0));
-        math::softmax_row_backward(dscore.data(), att + lo, datt.data(), len);
-        // forward: score_u = scale q_t . k_u
-        const T* q = cache.q.ptr() + q_off;
-        T* dqt = dq.data() + q_off;
-        for (int u = lo; u <= t; ++u) {
-          const T ds = dscore[static_cast<std::size_t>(u - lo)] * scale;
-          const T* k = cache.k.ptr() + kv_base + static_cast<long>(u) * dm.d;
-          T* dku = dk.data() + kv_base + static_cast<long>(u) * dm.d;
-          for (int i = 0; i < dm.d; ++i) {
-            dqt[i] += ds * k[i];
-            dku[i] += ds * q[i];
-          }
-        }
+        math::softmax_row_backward(dscore.data() + r + lo, att + r + lo, datt.data() + r + lo, len);
+        for (int u = lo; u <= t; ++u) dscore[static_cast<std::size_t>(r + u)] *= scale;
       }
+      // forward: scores = q k^T, so dq = ds k and dk += ds^T q
+      cpu::matmul<T>(dq.data() + q_base, dscore.data(), cache.k.ptr() + kv_base, dm.t, dm.d, dm.t);
+      cpu::matmul<T>(dk.data() + kv_base, dscore.data(), cache.q.ptr() + q_base, dm.t, dm.d, dm.t,
+                     true, false, true);
     }
 
   // Undo RoPE (its transpose) and scatter back into the fused qkv layout.
   std::vector<T> dqkv(static_cast<std::size_t>(n) * dm.qkv_width, T(0));
-  const T theta = static_cast<T>(cfg.rope_theta);
+  const RopeTable<T> rope(cfg.rope ? dm.t : 0, dm.d, static_cast<T>(cfg.rope_theta));
   for (int b = 0; b < dm.b; ++b)
     for (int t = 0; t < dm.t; ++t) {
       T* row = dqkv.data() + static_cast<long>(b * dm.t + t) * dm.qkv_width;
       for (int hh = 0; hh < dm.h; ++hh) {
         T* src = dq.data() + (static_cast<long>(b * dm.h + hh) * dm.t + t) * dm.d;
-        if (cfg.rope) math::rope_row(src, dm.d, t, theta, true);
+        if (cfg.rope) rope.apply(src, t, true);
         std::copy_n(src, dm.d, row + dm.q_row(hh));
       }
       for (int gg = 0; gg < dm.g; ++gg) {
         const long off = (static_cast<long>(b * dm.g + gg) * dm.t + t) * dm.d;
-        if (cfg.rope) math::rope_row(dk.data() + off, dm.d, t, theta, true);
+        if (cfg.rope) rope.apply(dk.data() + off, t, true);
         std::copy_n(dk.data() + off, dm.d, row + dm.k_row(gg));
         std::copy_n(dv.data() + off, dm.d, row + dm.v_row(gg));
       }

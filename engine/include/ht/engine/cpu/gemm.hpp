@@ -10,9 +10,14 @@
 //   dW += dy^T x:                           matmul(dW, dy, x, OC, C, N, true, false, true)
 #pragma once
 
+#include <string>
+
 #include "ht/engine/tensor.hpp"
 
 namespace ht::engine::cpu {
+
+// Which GEMM kernels this build uses (HT_EIGEN_BLAS): printed by benchmarks.
+std::string gemm_kernels();
 
 // Instantiated for float and double (engine/src/cpu/gemm.cpp).
 template <class T>

@@ -371,6 +371,24 @@ TEST_CASE("pipeline stages equal the single-stage run bit for bit over optimizer
   }
 }
 
+TEST_CASE("a dropped residual gradient on a pipeline stage is caught by the PP = 1 comparison", "[exec][pp]") {
+  const auto cfg = tiny();
+  const auto p = patterns::parse("[*E]|[ME]");
+  const auto ref = patterns::parse("[*E][ME]");
+  const auto batches = make_batches(2, 2, 1, 6, cfg.vocab_size, 4);
+  engine::exec::ExecutorOptions broken;
+  broken.test_drop_residual_grad = true;
+  Executor a(p, cfg, 2, pipeline_plan(p, cfg, {2, 1, 2, 2, true, true}, 1, 6), broken);
+  Executor b(ref, cfg, 2, plan_for(ref, cfg, 2, 2, false, false, 1, 6));
+  a.step(batches);
+  b.step(batches);
+  // Stage 1's merge is wrong: its gradient reaches stage 0 through the pipeline, so both stages
+  // (and the embedding) differ from the single-stage run.
+  const auto diff = differing(by_dp_rank(a, true), by_dp_rank(b, true));
+  CHECK(std::count(diff.begin(), diff.end(), "d0:embedding.word_embeddings.weight") == 1);
+  CHECK(diff.size() > 10);
+}
+
 TEST_CASE("a pipeline rank holds only its stage's parameters", "[exec][pp]") {
   const auto cfg = tiny();
   const auto p = patterns::parse("[*E]|-|E|M");  // pp 2, vpp 2: rank stage 0 holds [*E] and E

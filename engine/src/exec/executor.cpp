@@ -853,9 +853,9 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
         cs.batch = &batches[static_cast<std::size_t>(lo.dp_rank)][static_cast<std::size_t>(mb)];
         cs.weight = weight;
         cs.layers.resize(static_cast<std::size_t>(n_layers));
-        for (int l = 0; l < n_layers; ++l)
-          if (lo.holds[static_cast<std::size_t>(l)] && im.stages.layer_vp[static_cast<std::size_t>(l)] == vp)
-            cs.layers[static_cast<std::size_t>(l)] = im.new_layer_state(im.models[static_cast<std::size_t>(r)].layers[static_cast<std::size_t>(l)]);
+        auto& model_layers = im.models[static_cast<std::size_t>(r)].layers;
+        for (std::size_t l = 0; l < cs.layers.size(); ++l)
+          if (lo.holds[l] && im.stages.layer_vp[l] == vp) cs.layers[l] = im.new_layer_state(model_layers[l]);
       }
     }
   }
@@ -878,7 +878,9 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
     const auto& rp = im.plan.ranks.at(static_cast<std::size_t>(r));
     for (int id : rp.issue) {
       const schedule::Node& node = im.plan.node(id);
-      if (node.rank != r) throw EngineError(ErrorCode::BadConfig, "executor: rank " + std::to_string(r) + " issues node " + node.label() + " of rank " + std::to_string(node.rank));
+      if (node.rank != r)
+        throw EngineError(ErrorCode::BadConfig, "executor: rank " + std::to_string(r) + " issues node " + node.label() +
+                                                    " of rank " + std::to_string(node.rank));
       runtime::Stream& stream = ctx.stream(node.stream == schedule::Stream::Comm ? runtime::kCommStream : runtime::kComputeStream);
       runtime::WorkLabel label{node.label(), std::string(schedule::to_string(node.slot)), schedule::node_args(node)};
       if (node.slot == Slot::GradAllReduce) {
@@ -900,8 +902,10 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
         continue;
       }
       if (node.microbatch < 0 || node.microbatch >= mbs)
-        throw EngineError(ErrorCode::BadConfig, "executor: node " + node.label() + " names microbatch " + std::to_string(node.microbatch));
-      ChunkState& cs = chunks[static_cast<std::size_t>(r)][static_cast<std::size_t>(node.microbatch)][static_cast<std::size_t>(node.vp_stage)];
+        throw EngineError(ErrorCode::BadConfig,
+                          "executor: node " + node.label() + " names microbatch " + std::to_string(node.microbatch));
+      ChunkState& cs =
+          chunks[static_cast<std::size_t>(r)][static_cast<std::size_t>(node.microbatch)][static_cast<std::size_t>(node.vp_stage)];
       LogicalLayer* layer = node.layer >= 0 ? &m.layers.at(static_cast<std::size_t>(node.layer)) : nullptr;
       LayerState* ls = node.layer >= 0 ? &cs.layers.at(static_cast<std::size_t>(node.layer)) : nullptr;
       if ((node.slot == Slot::Dispatch || node.slot == Slot::Combine) && (!layer || !layer->moe()))

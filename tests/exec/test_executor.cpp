@@ -389,6 +389,25 @@ TEST_CASE("a dropped residual gradient on a pipeline stage is caught by the PP =
   CHECK(diff.size() > 10);
 }
 
+TEST_CASE("the measured timeline of a pipelined step has every plan node, p2p on the comm stream", "[exec][pp]") {
+  const auto cfg = tiny();
+  const auto p = patterns::parse("[*E]|-|E|M");
+  const auto plan = pipeline_plan(p, cfg, {2, 2, 2, 2, true, true}, 1, 6);
+  Executor ex(p, cfg, 3, plan);
+  const auto res = ex.step(make_batches(2, 2, 1, 6, cfg.vocab_size, 9));
+  CHECK(res.timeline.spans.size() == plan.nodes.size());
+  CHECK(res.timeline.metadata.at("pp") == "2");
+  CHECK(res.timeline.metadata.at("vpp") == "2");
+  int sends = 0, recvs = 0;
+  for (const auto& span : res.timeline.spans) {
+    if (span.category != "pipe_send" && span.category != "pipe_recv") continue;
+    (span.category == "pipe_send" ? sends : recvs) += 1;
+    CHECK(span.stream == 1);  // the comm stream
+  }
+  CHECK(sends > 0);
+  CHECK(sends == recvs);
+}
+
 TEST_CASE("a pipeline rank holds only its stage's parameters", "[exec][pp]") {
   const auto cfg = tiny();
   const auto p = patterns::parse("[*E]|-|E|M");  // pp 2, vpp 2: rank stage 0 holds [*E] and E

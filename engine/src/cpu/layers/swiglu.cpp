@@ -18,8 +18,10 @@ void swiglu_init(SwiGLUWeights<T>& w, int c, int f, T std, Rng& rng) {
 template <class T>
 void swiglu_forward(T* y, SwiGLUCache<T>& cache, const T* x, int n, const SwiGLUWeights<T>& w) {
   const int c = w.fc1.dim(1), f = w.fc2.dim(1);
-  cache.h.assign(static_cast<std::size_t>(n) * 2 * f, T(0));
-  cache.act.assign(static_cast<std::size_t>(n) * f, T(0));
+  // Both are overwritten in full below (no accumulation), so no zero fill; the capacity of the
+  // previous step is reused.
+  cache.h.resize(static_cast<std::size_t>(n) * 2 * f);
+  cache.act.resize(static_cast<std::size_t>(n) * f);
   if (n == 0) return;
   cpu::linear_forward<T>(cache.h.data(), x, w.fc1.ptr(), nullptr, n, c, 2 * f);
   for (int i = 0; i < n; ++i) {
@@ -35,18 +37,23 @@ void swiglu_backward(T* dx, SwiGLUWeights<T>& grads, const T* dy, const T* x, in
                      const SwiGLUWeights<T>& w, const SwiGLUCache<T>& cache) {
   const int c = w.fc1.dim(1), f = w.fc2.dim(1);
   if (n == 0) return;
-  std::vector<T> dact(static_cast<std::size_t>(n) * f, T(0));
-  cpu::linear_backward<T>(dact.data(), grads.fc2.ptr(), nullptr, dy, cache.act.data(),
-                          w.fc2.ptr(), n, f, c);
-  // forward: act = silu(g) * u, so dg = dact * u * silu'(g) and du = dact * silu(g)
+  // forward: y = act fc2^T, so dact = dy fc2 (written, not accumulated: no zero fill) and
+  // dfc2 += dy^T act.
+  std::vector<T> dact(static_cast<std::size_t>(n) * f);
+  cpu::matmul<T>(dact.data(), dy, w.fc2.ptr(), n, f, c);
+  cpu::linear_backward<T>(nullptr, grads.fc2.ptr(), nullptr, dy, cache.act.data(), w.fc2.ptr(), n,
+                          f, c);
+  // forward: act = silu(g) * u, so dg = dact * u * silu'(g) and du = dact * silu(g); one sigmoid
+  // per entry, in math::silu's and math::silu_grad's expressions.
   std::vector<T> dh(static_cast<std::size_t>(n) * 2 * f);
   for (int i = 0; i < n; ++i) {
     const T* h = cache.h.data() + static_cast<long>(i) * 2 * f;
     const T* da = dact.data() + static_cast<long>(i) * f;
     T* d = dh.data() + static_cast<long>(i) * 2 * f;
     for (int j = 0; j < f; ++j) {
-      d[j] = da[j] * h[f + j] * math::silu_grad(h[j]);
-      d[f + j] = da[j] * math::silu(h[j]);
+      const T g = h[j], s = math::sigmoid(g);
+      d[j] = da[j] * h[f + j] * (s + g * s * (T(1) - s));
+      d[f + j] = da[j] * (g * s);
     }
   }
   cpu::linear_backward<T>(dx, grads.fc1.ptr(), nullptr, dh.data(), x, w.fc1.ptr(), n, c, 2 * f);

@@ -70,25 +70,26 @@ int run_executor(TrainArgs a) {
   eo.link.bandwidth_gbps = a.link_gbps;
   eo.link.latency_us = a.link_latency_us;
   he::exec::Executor ex(parsed, a.cfg, a.seed, std::move(plan), eo);
-  const int ranks = ex.ranks(), mbs = a.parallel.microbatches;
+  const int ranks = ex.ranks(), data_ranks = ex.data_ranks(), mbs = a.parallel.microbatches;
   const auto corpus = he::load_corpus(a.data);
   std::size_t nparams = 0;
   for (int r = 0; r < ranks; ++r)
     for (auto& p : ex.parameters(r))
-      if (ex.owns(r, p.canonical) && (r == 0 || p.canonical.find(".experts.") != std::string::npos))
+      if (ex.owns(r, p.canonical) && (r % data_ranks == 0 || p.canonical.find(".experts.") != std::string::npos))
         nparams += p.value->size();
   if (!a.quiet)
-    std::cerr << "train '" << parsed.text << "' on " << ranks << " EP ranks, " << ex.plan().schedule << " ("
+    std::cerr << "train '" << parsed.text << "' on " << ranks << " ranks (EP " << a.parallel.ep << ", PP " << a.parallel.pp
+              << "), " << ex.plan().schedule << " ("
               << (so.overlap ? "overlap" : "no overlap") << (so.delay_wgrad ? ", delayed wgrad" : "") << "), "
-              << mbs << " microbatches of " << a.batch << " x " << a.seq << " bytes per rank\n";
+              << mbs << " microbatches of " << a.batch << " x " << a.seq << " bytes per data rank\n";
 
   std::vector<double> losses, step_seconds;
   double seconds = 0;
   traces::Timeline last;
-  const std::int64_t per_step = static_cast<std::int64_t>(ranks) * mbs;
+  const std::int64_t per_step = static_cast<std::int64_t>(data_ranks) * mbs;
   for (int i = 0; i < a.steps; ++i) {
-    std::vector<std::vector<he::Batch>> batches(static_cast<std::size_t>(ranks));
-    for (int r = 0; r < ranks; ++r)
+    std::vector<std::vector<he::Batch>> batches(static_cast<std::size_t>(data_ranks));
+    for (int r = 0; r < data_ranks; ++r)
       for (int m = 0; m < mbs; ++m)
         batches[static_cast<std::size_t>(r)].push_back(
             he::sample_batch(corpus, a.batch, a.seq, a.seed, i * per_step + r * mbs + m));
@@ -118,7 +119,8 @@ int run_executor(TrainArgs a) {
   const double final_loss = losses.empty() ? 0.0 : losses.back();
   if (a.json_out) {
     nlohmann::json j = {{"pattern", parsed.text},     {"parameters", nparams},
-                        {"ep", a.parallel.ep},        {"microbatches", mbs},
+                        {"ep", a.parallel.ep},        {"pp", a.parallel.pp},
+                        {"vpp", a.parallel.vpp},      {"microbatches", mbs},
                         {"schedule", ex.plan().schedule}, {"overlap", so.overlap},
                         {"delay_wgrad", so.delay_wgrad},  {"steps", a.steps},
                         {"batch", a.batch},           {"seq", a.seq},
@@ -137,7 +139,7 @@ int run_executor(TrainArgs a) {
     std::cout << j.dump(2) << "\n";
   } else {
     std::cout << "pattern      " << parsed.text << "\n"
-              << "ranks        " << ranks << " (EP), " << ex.plan().schedule << ", " << mbs << " microbatches\n"
+              << "ranks        " << ranks << " (EP " << a.parallel.ep << ", PP " << a.parallel.pp << "), " << ex.plan().schedule << ", " << mbs << " microbatches\n"
               << "parameters   " << nparams << "\n"
               << "data         " << corpus.source << " (" << corpus.bytes.size() << " bytes)\n";
     if (!losses.empty())

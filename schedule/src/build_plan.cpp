@@ -317,6 +317,12 @@ void check_schedule_config(const patterns::ParsedPattern& pattern, const ModelDi
   validate(dims);
   validate(config);
   validate(options);
+  const int segments = pattern.segment_count();
+  if (segments > 1 && segments % config.pp == 0 && segments != config.pp * config.model_chunks())
+    reject(ErrorCode::BadConfig, "the pattern has " + std::to_string(segments) + " pipe segments but pp = " +
+                                     std::to_string(config.pp) + " x vpp = " + std::to_string(config.model_chunks()) +
+                                     " stages take " + std::to_string(config.pp * config.model_chunks()) +
+                                     "; pass --vpp " + std::to_string(segments / config.pp));
   const bool overlap = options.overlap;
   if (options.delay_wgrad && !overlap)
     reject(ErrorCode::O10_DelayWgradNeedsOverlap,

@@ -117,3 +117,14 @@ TEST_CASE("pipe segments that pp x vpp does not cover are rejected", "[schedule]
   // library (R8) or the builder refuses it.
   CHECK_THROWS(make_plan("[*E]|[*E]|[*E]|[*E]", parallel(1, 1, 2, 2, 0), options(false, false)));
 }
+
+TEST_CASE("more pipe segments than pp x vpp stages asks for --vpp instead of failing inside", "[schedule][reject]") {
+  ParallelConfig c;
+  c.pp = 2;
+  c.microbatches = 4;
+  require_rejected("[M*E]|-|[*E]|G", c, {}, ErrorCode::BadConfig, "pass --vpp 2");
+  c.vpp = 2;
+  CHECK_FALSE(rejection("[M*E]|-|[*E]|G", c, {}).has_value());
+  c.vpp = 4;
+  require_rejected("[M*E]|-|[*E]|G", c, {}, ErrorCode::BadConfig, "4 pipe segments but pp = 2 x vpp = 4");
+}

@@ -53,6 +53,14 @@ Tf ones(int n) {
   return t;
 }
 
+// Spans over whole vectors, for the sized all_to_all_v.
+template <class T, class V>
+std::vector<std::span<T>> spans_of(V& vectors) {
+  std::vector<std::span<T>> out;
+  for (auto& v : vectors) out.emplace_back(v.data(), v.size());
+  return out;
+}
+
 // One physical layer: h_out = h + branch(rmsnorm(h)).
 struct Block {
   char symbol = 0;
@@ -353,7 +361,10 @@ struct Executor::Impl {
         for (int le = 0; le < local_experts; ++le)
           cnt[static_cast<std::size_t>(p)].push_back(
               static_cast<std::uint64_t>(r.tokens_per_expert[static_cast<std::size_t>(p * local_experts + le)]));
-      layout.counts = comm.all_to_all_v(cnt, "dispatch counts");
+      // Sizes are known (local_experts counts per peer): one collective, no size exchange.
+      layout.counts.assign(static_cast<std::size_t>(n), std::vector<std::uint64_t>(static_cast<std::size_t>(local_experts)));
+      comm.all_to_all_v<std::uint64_t>(spans_of<const std::uint64_t>(cnt), spans_of<std::uint64_t>(layout.counts),
+                                       "dispatch counts");
       layout.offset.assign(static_cast<std::size_t>(n), std::vector<std::size_t>(static_cast<std::size_t>(local_experts)));
       layout.expert_start.assign(static_cast<std::size_t>(local_experts) + 1, 0);
       std::size_t row = 0;
@@ -366,7 +377,14 @@ struct Executor::Impl {
       }
       layout.expert_start.back() = row;
     }
-    auto recv = comm.all_to_all_v(send, label);
+    // Receive sizes follow from the layout: one collective for the payload.
+    std::vector<std::vector<float>> recv(static_cast<std::size_t>(n));
+    for (int s = 0; s < n; ++s) {
+      std::size_t rows_from_s = 0;
+      for (int le = 0; le < local_experts; ++le) rows_from_s += layout.counts[static_cast<std::size_t>(s)][static_cast<std::size_t>(le)];
+      recv[static_cast<std::size_t>(s)].resize(rows_from_s * c);
+    }
+    comm.all_to_all_v<float>(spans_of<const float>(send), spans_of<float>(recv), label);
     expert_major.assign(layout.expert_start.back() * c, 0.0f);
     for (int s = 0; s < n; ++s) {
       std::size_t src = 0;
@@ -382,8 +400,9 @@ struct Executor::Impl {
   }
 
   // The inverse: expert-major rows back to the ranks whose tokens they are, in their permuted order.
-  void exchange_to_tokens(runtime::Communicator& comm, const EpLayout& layout, const std::vector<float>& expert_major,
-                          std::vector<float>& rows, std::size_t my_rows, const char* label) const {
+  void exchange_to_tokens(runtime::Communicator& comm, const MoeRouting<float>& r, const EpLayout& layout,
+                          const std::vector<float>& expert_major, std::vector<float>& rows, std::size_t my_rows,
+                          const char* label) const {
     const std::size_t c = static_cast<std::size_t>(cfg.hidden);
     const int n = comm.size();
     std::vector<std::vector<float>> send(static_cast<std::size_t>(n));
@@ -395,11 +414,17 @@ struct Executor::Impl {
         out.insert(out.end(), expert_major.begin() + static_cast<long>(off * c),
                    expert_major.begin() + static_cast<long>((off + cnt) * c));
       }
-    auto recv = comm.all_to_all_v(send, label);
-    rows.clear();
-    rows.reserve(my_rows * c);
-    for (auto& part : recv) rows.insert(rows.end(), part.begin(), part.end());
-    if (rows.size() != my_rows * c) fail("all-to-all returned a different number of rows than were sent");
+    // Rows come back from each peer in the number this rank sent it (its experts' slice of the
+    // permuted order), straight into place: one collective, no size exchange.
+    rows.assign(my_rows * c, 0.0f);
+    std::vector<std::span<float>> recv;
+    for (int p = 0; p < n; ++p) {
+      const auto lo = static_cast<std::size_t>(r.expert_offset[static_cast<std::size_t>(p * local_experts)]);
+      const auto hi = static_cast<std::size_t>(r.expert_offset[static_cast<std::size_t>((p + 1) * local_experts)]);
+      if (hi * c > rows.size()) fail("all-to-all routing addresses more rows than this rank has");
+      recv.emplace_back(rows.data() + lo * c, (hi - lo) * c);
+    }
+    comm.all_to_all_v<float>(spans_of<const float>(send), recv, label);
   }
 
   // ---- node actions ----
@@ -950,7 +975,7 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
           else if (node.phase == Phase::Backward)
             work = [&im, ls, &comm] {
               MoeState& st = *ls->moe;
-              im.exchange_to_tokens(comm, st.layout, st.dexpert_in, st.dperm_in, st.permuted_in.size() / static_cast<std::size_t>(im.cfg.hidden),
+              im.exchange_to_tokens(comm, st.routing, st.layout, st.dexpert_in, st.dperm_in, st.permuted_in.size() / static_cast<std::size_t>(im.cfg.hidden),
                                     "dispatch backward");
             };
           break;
@@ -958,7 +983,7 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
           if (node.phase == Phase::Forward)
             work = [&im, layer, ls, &cs, &comm] {
               MoeState& st = *ls->moe;
-              im.exchange_to_tokens(comm, st.layout, st.expert_out, st.permuted_out,
+              im.exchange_to_tokens(comm, st.routing, st.layout, st.expert_out, st.permuted_out,
                                     st.permuted_in.size() / static_cast<std::size_t>(im.cfg.hidden), "combine");
               im.combine_forward_local(*layer, *ls, cs);
             };

@@ -1,11 +1,25 @@
-// CPU reference SwiGLU MLP (see swiglu.hpp for shapes).
+// CPU reference SwiGLU MLP (see swiglu.hpp for shapes). The elementwise SwiGLU runs row by row as
+// Eigen array expressions (vectorised exp) in math::silu's and math::silu_grad's formulas:
+// silu(g) = g * (1 / (1 + exp(-g))), silu'(g) = s + g s (1 - s).
 #include "ht/engine/layers/swiglu.hpp"
+
+#include <memory>
+
+#include <Eigen/Core>
 
 #include "ht/engine/cpu/gemm.hpp"
 #include "ht/engine/math.hpp"
 #include "ht/engine/rng.hpp"
 
 namespace ht::engine {
+namespace {
+template <class T>
+using Row = Eigen::Array<T, Eigen::Dynamic, 1>;
+template <class T>
+using CRowMap = Eigen::Map<const Row<T>>;
+template <class T>
+using RowMap = Eigen::Map<Row<T>>;
+}  // namespace
 
 template <class T>
 void swiglu_init(SwiGLUWeights<T>& w, int c, int f, T std, Rng& rng) {
@@ -24,10 +38,11 @@ void swiglu_forward(T* y, SwiGLUCache<T>& cache, const T* x, int n, const SwiGLU
   cache.act.resize(static_cast<std::size_t>(n) * f);
   if (n == 0) return;
   cpu::linear_forward<T>(cache.h.data(), x, w.fc1.ptr(), nullptr, n, c, 2 * f);
+  // forward: act = silu(g) * u with [g | u] = one row of h
   for (int i = 0; i < n; ++i) {
     const T* h = cache.h.data() + static_cast<long>(i) * 2 * f;
-    T* a = cache.act.data() + static_cast<long>(i) * f;
-    for (int j = 0; j < f; ++j) a[j] = math::silu(h[j]) * h[f + j];
+    const CRowMap<T> g(h, f), u(h + f, f);
+    RowMap<T>(cache.act.data() + static_cast<long>(i) * f, f) = g * (T(1) + (-g).exp()).inverse() * u;
   }
   cpu::linear_forward<T>(y, cache.act.data(), w.fc2.ptr(), nullptr, n, f, c);
 }
@@ -37,26 +52,25 @@ void swiglu_backward(T* dx, SwiGLUWeights<T>& grads, const T* dy, const T* x, in
                      const SwiGLUWeights<T>& w, const SwiGLUCache<T>& cache) {
   const int c = w.fc1.dim(1), f = w.fc2.dim(1);
   if (n == 0) return;
-  // forward: y = act fc2^T, so dact = dy fc2 (written, not accumulated: no zero fill) and
-  // dfc2 += dy^T act.
-  std::vector<T> dact(static_cast<std::size_t>(n) * f);
-  cpu::matmul<T>(dact.data(), dy, w.fc2.ptr(), n, f, c);
+  // Scratch is written in full before it is read: no zero fill.
+  const std::unique_ptr<T[]> dact(new T[static_cast<std::size_t>(n) * f]);
+  const std::unique_ptr<T[]> dh(new T[static_cast<std::size_t>(n) * 2 * f]);
+  // forward: y = act fc2^T, so dact = dy fc2 (written, not accumulated) and dfc2 += dy^T act.
+  cpu::matmul<T>(dact.get(), dy, w.fc2.ptr(), n, f, c);
   cpu::linear_backward<T>(nullptr, grads.fc2.ptr(), nullptr, dy, cache.act.data(), w.fc2.ptr(), n,
                           f, c);
-  // forward: act = silu(g) * u, so dg = dact * u * silu'(g) and du = dact * silu(g); one sigmoid
-  // per entry, in math::silu's and math::silu_grad's expressions.
-  std::vector<T> dh(static_cast<std::size_t>(n) * 2 * f);
+  // forward: act = silu(g) * u, so dg = dact * u * silu'(g) and du = dact * silu(g), with one
+  // sigmoid s per entry.
+  Row<T> sig(f);
   for (int i = 0; i < n; ++i) {
     const T* h = cache.h.data() + static_cast<long>(i) * 2 * f;
-    const T* da = dact.data() + static_cast<long>(i) * f;
-    T* d = dh.data() + static_cast<long>(i) * 2 * f;
-    for (int j = 0; j < f; ++j) {
-      const T g = h[j], s = math::sigmoid(g);
-      d[j] = da[j] * h[f + j] * (s + g * s * (T(1) - s));
-      d[f + j] = da[j] * (g * s);
-    }
+    const CRowMap<T> g(h, f), u(h + f, f), da(dact.get() + static_cast<long>(i) * f, f);
+    T* d = dh.get() + static_cast<long>(i) * 2 * f;
+    sig = (T(1) + (-g).exp()).inverse();
+    RowMap<T>(d, f) = da * u * (sig + g * sig * (T(1) - sig));
+    RowMap<T>(d + f, f) = da * (g * sig);
   }
-  cpu::linear_backward<T>(dx, grads.fc1.ptr(), nullptr, dh.data(), x, w.fc1.ptr(), n, c, 2 * f);
+  cpu::linear_backward<T>(dx, grads.fc1.ptr(), nullptr, dh.get(), x, w.fc1.ptr(), n, c, 2 * f);
 }
 
 template <class T>

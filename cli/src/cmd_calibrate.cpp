@@ -42,12 +42,12 @@ int run(const CalibrateArgs& a) {
             << (c.schedule.empty() ? "" : ", " + c.schedule) << ")\n"
             << "platform     " << c.platform << "\n"
             << "comm extra   " << std::fixed << std::setprecision(1) << c.costs.comm_launch_s * 1e6
-            << " us per all-to-all (median of " << c.comm_samples << " collectives)\n\n"
+            << " us per all-to-all (mean over " << c.comm_samples << " collectives)\n\n"
             << std::left << std::setw(34) << "node type" << std::right << std::setw(8) << "samples" << std::setw(12)
-            << "median us" << std::setw(12) << "min us" << std::setw(12) << "max us" << "\n";
+            << "mean us" << std::setw(12) << "min us" << std::setw(12) << "max us" << "\n";
   for (const auto& r : c.rows)
     std::cout << std::left << std::setw(34) << r.key << std::right << std::setw(8) << r.samples << std::setw(12)
-              << r.median_s * 1e6 << std::setw(12) << r.min_s * 1e6 << std::setw(12) << r.max_s * 1e6 << "\n";
+              << r.mean_s * 1e6 << std::setw(12) << r.min_s * 1e6 << std::setw(12) << r.max_s * 1e6 << "\n";
   std::cout << std::defaultfloat;
   if (!a.output.empty()) {
     std::cout << "\nwrote " << a.output << "; predict another schedule with:\n  hybrid-twin simulate --pattern '"

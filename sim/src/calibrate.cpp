@@ -16,10 +16,10 @@ namespace {
 
 [[noreturn]] void fail(const std::string& message) { throw SimError(SimErrorCode::BadCosts, "calibrate: " + message); }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+double mean(const std::vector<double>& v) {
+  double sum = 0;
+  for (double x : v) sum += x;
+  return v.empty() ? 0 : sum / static_cast<double>(v.size());
 }
 
 const std::string* arg(const traces::Span& s, const std::string& key) {
@@ -67,9 +67,9 @@ Calibration calibrate(const traces::Timeline& measured) {
     fail("the trace has no compute span with plan-node arguments (category = slot, args.phase); "
          "record one with `hybrid-twin train ... --trace FILE`");
   for (auto& [key, d] : compute) {
-    FitRow row{key, static_cast<int>(d.size()), median(d), *std::min_element(d.begin(), d.end()),
+    FitRow row{key, static_cast<int>(d.size()), mean(d), *std::min_element(d.begin(), d.end()),
                *std::max_element(d.begin(), d.end())};
-    c.costs.measured_s[key] = row.median_s;
+    c.costs.measured_s[key] = row.mean_s;
     c.rows.push_back(std::move(row));
   }
   c.costs.launch_overhead_s = 0;  // measured durations already include every launch
@@ -83,7 +83,7 @@ Calibration calibrate(const traces::Timeline& measured) {
 
   // Comm overhead beyond the modelled link time, per all-to-all instance.
   using Instance = std::tuple<std::string, std::string, std::string, std::string>;  // slot, phase, layer, mb
-  std::map<Instance, double> excess;
+  std::map<Instance, std::vector<double>> excess;
   for (const auto& s : measured.spans) {
     if (s.role != traces::Role::Comm || (s.category != "dispatch" && s.category != "combine")) continue;
     const std::string *phase = arg(s, "phase"), *layer = arg(s, "layer"), *mb = arg(s, "microbatch"),
@@ -97,14 +97,12 @@ Calibration calibrate(const traces::Timeline& measured) {
     }
     const double link = (devices - 1) * latency_us * 1e-6 + b / bytes_per_s;
     const double e = std::max(0.0, s.duration_s - link);
-    const Instance key{s.category, *phase, *layer, *mb};
-    auto [it, inserted] = excess.emplace(key, e);
-    if (!inserted) it->second = std::min(it->second, e);
+    excess[Instance{s.category, *phase, *layer, *mb}].push_back(e);
   }
   std::vector<double> ex;
-  for (const auto& [key, e] : excess) ex.push_back(e);
+  for (const auto& [key, e] : excess) ex.push_back(mean(e));
   c.comm_samples = static_cast<int>(ex.size());
-  c.costs.comm_launch_s = ex.empty() ? 0 : median(ex);
+  c.costs.comm_launch_s = mean(ex);
   return c;
 }
 
@@ -119,7 +117,7 @@ std::string calibration_to_json(const Calibration& c) {
   j["interference_factor"] = c.costs.interference_factor;
   nlohmann::ordered_json d = nlohmann::ordered_json::object(), fit = nlohmann::ordered_json::object();
   for (const auto& r : c.rows) {
-    d[r.key] = r.median_s * 1e6;
+    d[r.key] = r.mean_s * 1e6;
     fit[r.key] = {{"samples", r.samples}, {"min_us", r.min_s * 1e6}, {"max_us", r.max_s * 1e6}};
   }
   j["durations_us"] = d;

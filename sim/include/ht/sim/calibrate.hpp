@@ -5,14 +5,16 @@
 // DESIGN.md: measure one schedule, fit, predict another schedule, compare.
 //
 // Fitting rules:
-//  - compute: the median duration of all compute spans with the same key (over ranks, layers and
-//    microbatches; the median keeps one preempted span from moving the fit);
+//  - compute: the mean duration of all compute spans with the same key (over ranks, layers and
+//    microbatches): the twin must reproduce busy totals, and the mean is the duration whose sum
+//    over the nodes equals the measured busy time (a median underestimates right-skewed jitter);
 //  - links: from the trace metadata of the engine's throttle (link.bandwidth_gbps,
 //    link.latency_us) as a one-node platform whose NVLink port is the throttled link;
 //  - comm overhead: what a dispatch/combine takes beyond its modelled link time (the host-side
 //    copies, the unpermute and residual add that the engine runs on the comm stream), as
-//    comm_launch_us: per collective the smallest excess over ranks (the last rank to arrive
-//    waits least), then the median over collectives.
+//    comm_launch_us: the mean excess over ranks and collectives. The mean over ranks keeps the
+//    rendezvous wait that run-to-run jitter between ranks causes (a sequential step pays the
+//    slower rank at every all-to-all); the twin's ranks are balanced and would not wait.
 #pragma once
 
 #include <string>
@@ -26,7 +28,7 @@ namespace ht::sim {
 struct FitRow {
   std::string key;  // "slot/phase/symbols"
   int samples = 0;
-  double median_s = 0, min_s = 0, max_s = 0;
+  double mean_s = 0, min_s = 0, max_s = 0;
 };
 
 struct Calibration {

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <Eigen/Core>
+
 #include "ht/engine/cpu/gemm.hpp"
 #include "ht/engine/math.hpp"
 #include "mixer_common.hpp"
@@ -70,36 +72,42 @@ void delta_rule_head(const GdnDims& c, const T* qn, const T* kn, const T* qkv, c
   const int dk = c.head_k_dim, dv = c.head_v_dim, Hv = c.num_v_heads, KD = c.key_dim();
   const int hk = hv / (Hv / c.num_k_heads);
   const T scale = T(1) / std::sqrt(static_cast<T>(dk));
-  std::vector<T> S(static_cast<std::size_t>(dv) * dk, T(0)), u(static_cast<std::size_t>(dv));
-  if (states) std::fill(states, states + S.size(), T(0));
+  // The state is kept transposed here, St (dk, dv): for a fixed key channel j the dv entries are
+  // contiguous, so every update is one vector operation over i, and every sum over j still runs
+  // in j order for each i: the same operations in the same order as S (dv, dk) row by row.
+  using Vec = Eigen::Array<T, Eigen::Dynamic, 1>;
+  using VMap = Eigen::Map<Vec>;
+  using CVMap = Eigen::Map<const Vec>;
+  const std::size_t SS = static_cast<std::size_t>(dv) * dk;
+  Vec St = Vec::Zero(static_cast<Eigen::Index>(SS)), u(dv), acc(dv);
+  if (states) std::fill(states, states + SS, T(0));
   for (int t = 0; t < Tn; t++) {
     const T* q = qn + static_cast<std::size_t>(t) * KD + hk * dk;
     const T* k = kn + static_cast<std::size_t>(t) * KD + hk * dk;
-    const T* v = qkv + static_cast<std::size_t>(t) * c.conv_dim() + 2 * KD + hv * dv;
+    const CVMap v(qkv + static_cast<std::size_t>(t) * c.conv_dim() + 2 * KD + hv * dv, dv);
     const T b = beta[static_cast<std::size_t>(t) * Hv + hv];
     const T decay = std::exp(g[static_cast<std::size_t>(t) * Hv + hv]);
-    T* ot = o + static_cast<std::size_t>(t) * c.value_dim() + hv * dv;
     // S <- decay S; u = S k; S <- S + beta (v - u) k^T; o = S q scale
-    for (int i = 0; i < dv; i++) {
-      T acc = 0;
-      for (int j = 0; j < dk; j++) {
-        T& s = S[static_cast<std::size_t>(i) * dk + j];
-        s *= decay;
-        acc += s * k[j];
-      }
-      u[i] = acc;
+    u.setZero();
+    for (int j = 0; j < dk; j++) {
+      VMap s(St.data() + static_cast<std::size_t>(j) * dv, dv);
+      s *= decay;
+      u += s * k[j];
     }
-    for (int i = 0; i < dv; i++) {
-      T w = b * (v[i] - u[i]);
-      T acc = 0;
-      for (int j = 0; j < dk; j++) {
-        T& s = S[static_cast<std::size_t>(i) * dk + j];
-        s += w * k[j];
-        acc += s * q[j];
-      }
-      ot[i] = acc * scale;
+    const Vec w = b * (v - u);
+    acc.setZero();
+    for (int j = 0; j < dk; j++) {
+      VMap s(St.data() + static_cast<std::size_t>(j) * dv, dv);
+      s += w * k[j];
+      acc += s * q[j];
     }
-    if (states) std::copy(S.begin(), S.end(), states + static_cast<std::size_t>(t + 1) * S.size());
+    VMap(o + static_cast<std::size_t>(t) * c.value_dim() + hv * dv, dv) = acc * scale;
+    if (states) {  // saved as S (dv, dk) for the backward pass
+      T* dst = states + static_cast<std::size_t>(t + 1) * SS;
+      for (int i = 0; i < dv; i++)
+        for (int j = 0; j < dk; j++)
+          dst[static_cast<std::size_t>(i) * dk + j] = St[static_cast<Eigen::Index>(j) * dv + i];
+    }
   }
 }
 }  // namespace
@@ -240,12 +248,18 @@ void gdn_backward(const ModelConfig& cfg, const GdnParams<T>& p, const GdnCache<
         const T decay = std::exp(cache.g[r * Hv + hv]);
         const T* Sprev = states.data() + static_cast<std::size_t>(t) * SS;
         const T* Scur = states.data() + static_cast<std::size_t>(t + 1) * SS;
+        // Row i of S (dv, dk) is a vector over j: each loop below is one vector operation per
+        // row, and every sum over i still runs in i order for each j (the scalar form's order).
+        using Row = Eigen::Array<T, Eigen::Dynamic, 1>;
+        using RMap = Eigen::Map<Row>;
+        using CRMap = Eigen::Map<const Row>;
+        const CRMap qv(q, dk), kv(k, dk);
         // forward: o_t = S_t q scale
-        for (int i = 0; i < dv; i++)
-          for (int j = 0; j < dk; j++) {
-            dS[i * dk + j] += dot[i] * q[j] * scale;
-            dq[j] += Scur[i * dk + j] * dot[i] * scale;
-          }
+        RMap dqv(dq, dk);
+        for (int i = 0; i < dv; i++) {
+          RMap(dS.data() + i * dk, dk) += dot[i] * qv * scale;
+          dqv += CRMap(Scur + i * dk, dk) * dot[i] * scale;
+        }
         // forward: Sd = decay S_{t-1}; u = Sd k; S_t = Sd + beta (v - u) k^T
         for (int i = 0; i < dv; i++) {
           T acc = 0, acc2 = 0;
@@ -264,19 +278,20 @@ void gdn_backward(const ModelConfig& cfg, const GdnParams<T>& p, const GdnCache<
           dvv[i] += bt * dSk[i];
           du[i] = -bt * dSk[i];
         }
-        for (int j = 0; j < dk; j++) {
-          T acc = 0;
-          for (int i = 0; i < dv; i++) acc += dS[i * dk + j] * w[i] * bt + Sd[i * dk + j] * du[i];
-          dk_[j] += acc;
-        }
-        // dSd = dS + du k^T; dg = <dSd, Sd>; dS_{t-1} = decay dSd
-        T dgt = 0;
+        Row acc = Row::Zero(dk);
         for (int i = 0; i < dv; i++)
-          for (int j = 0; j < dk; j++) {
-            T d = dS[i * dk + j] + du[i] * k[j];
-            dgt += d * Sd[i * dk + j];
-            dS[i * dk + j] = decay * d;
-          }
+          acc += CRMap(dS.data() + i * dk, dk) * w[i] * bt + CRMap(Sd.data() + i * dk, dk) * du[i];
+        RMap(dk_, dk) += acc;
+        // dSd = dS + du k^T; dg = <dSd, Sd> (one scalar sum in row-major order); dS_{t-1} = decay dSd
+        T dgt = 0;
+        Row d(dk);
+        for (int i = 0; i < dv; i++) {
+          RMap dSi(dS.data() + i * dk, dk);
+          d = dSi + du[i] * kv;
+          const T* sdi = Sd.data() + i * dk;
+          for (int j = 0; j < dk; j++) dgt += d[j] * sdi[j];
+          dSi = decay * d;
+        }
         dbeta[r * Hv + hv] += dbt;
         dg[r * Hv + hv] += dgt;
       }

@@ -3,37 +3,11 @@
 // attention member and the k-th MLP member with GPT layer k, whatever the grouping and pipes.
 #include <rapidcheck/catch.h>
 
-#include "pattern_generators.hpp"
+#include "ht/verify/pattern_gen.hpp"
 #include "pattern_test_support.hpp"
 
 using namespace ht::patterns;
-namespace pg = ht::patterns::gen;
-
-namespace {
-
-// A GPT-importable pattern: n blocks, each an attention and an MLP layer ('-' everywhere, or 'E'
-// everywhere) in either order, Mamba layers sprinkled in, some neighbours grouped, some pipes.
-rc::Gen<std::string> gpt_compatible_pattern() {
-  return rc::gen::mapcat(rc::gen::tuple(rc::gen::inRange(1, 6), rc::gen::element('-', 'E')), [](const std::tuple<int, char>& t) {
-    const auto [blocks, mlp] = t;
-    const auto piece = rc::gen::tuple(rc::gen::inRange(0, 3), rc::gen::arbitrary<bool>(), rc::gen::inRange(0, 4));
-    return rc::gen::map(rc::gen::container<std::vector<std::tuple<int, bool, int>>>(static_cast<std::size_t>(blocks), piece),
-                        [mlp](const std::vector<std::tuple<int, bool, int>>& pieces) {
-                          std::string out;
-                          for (const auto& [mambas, grouped, shape] : pieces) {
-                            out += std::string(static_cast<std::size_t>(mambas), 'M');
-                            // 'E' must end its group, so a grouped MoE block is always "[*E]".
-                            const bool attention_first = mlp == 'E' || shape % 2 == 0;
-                            const std::string block = attention_first ? std::string("*") + mlp : std::string(1, mlp) + "*";
-                            out += grouped ? "[" + block + "]" : block;
-                            if (shape == 3) out += "|";
-                          }
-                          return out;
-                        });
-  });
-}
-
-}  // namespace
+namespace pg = ht::verify::gen;
 
 TEST_CASE("the keys of every pipeline stage are the whole model's keys for its layers", "[patterns][property]") {
   rc::prop("stage keys agree", [] {
@@ -58,7 +32,7 @@ TEST_CASE("the keys of every pipeline stage are the whole model's keys for its l
 
 TEST_CASE("GPT import pairs the k-th attention and the k-th MLP member with GPT layer k", "[patterns][property]") {
   rc::prop("gpt map", [] {
-    const std::string text = *gpt_compatible_pattern();
+    const std::string text = *pg::gpt_compatible_pattern();
     const ParsedPattern p = parse(text);
     const GptMapping m = gpt_layer_map(p);
     std::map<int, int> attention, mlp;

@@ -1,13 +1,13 @@
 // rapidcheck properties of parse() and to_string(): generated valid patterns are accepted with
 // exactly the generated structure, printing round-trips, and every single-rule violation comes
-// back with that rule and its caret position. Generators: pattern_generators.hpp.
+// back with that rule and its caret position. Generators: ht/verify/pattern_gen.hpp.
 #include <rapidcheck/catch.h>
 
-#include "pattern_generators.hpp"
+#include "ht/verify/pattern_gen.hpp"
 #include "pattern_test_support.hpp"
 
 using namespace ht::patterns;
-namespace pg = ht::patterns::gen;
+namespace pg = ht::verify::gen;
 
 namespace {
 

@@ -6,33 +6,19 @@
 #include <map>
 #include <set>
 
-#include "pattern_generators.hpp"
+#include "ht/verify/namespace_oracle.hpp"
+#include "ht/verify/pattern_gen.hpp"
+#include "ht/verify/pipeline_gen.hpp"
 #include "pattern_test_support.hpp"
 
 using namespace ht::patterns;
-namespace pg = ht::patterns::gen;
+namespace pg = ht::verify::gen;
 
 namespace {
 
-// The namespaces of reference section 1.1, written out again as the test's own oracle.
-std::vector<std::string> owned_namespaces(char symbol) {
-  switch (symbol) {
-    case 'M': return {"mixer"};
-    case '*':
-    case 'G': return {"self_attention"};
-    case '-': return {"mlp"};
-    case 'E': return {"pre_mlp_layernorm", "mlp"};
-    default: return {"input_layernorm", "self_attention"};  // D + C H W
-  }
-}
+using ht::verify::owned_namespaces;
 
-bool collides(const Item& item) {
-  std::set<std::string> seen;
-  for (char c : item.symbols)
-    for (const auto& ns : owned_namespaces(c))
-      if (!seen.insert(ns).second) return true;
-  return false;
-}
+bool collides(const Item& item) { return ht::verify::namespaces_collide(item); }
 
 void assert_rule(const std::string& code, const std::function<void()>& action) {
   try {
@@ -105,62 +91,39 @@ TEST_CASE("the legacy split gives every rank N/pp consecutive layers", "[pattern
   });
 }
 
-TEST_CASE("pipes with first or last stage layer counts are rejected as R5", "[patterns][property][R5]") {
-  rc::prop("R5", [] {
-    const int pp = *rc::gen::inRange(1, 4);
-    const int vpp = *rc::gen::inRange(pp == 1 ? 2 : 1, 3);  // at least two segments
-    const ParsedPattern p = parse((*pg::piped_pattern(pp, vpp)).text());
-    PipelineConfig c = config(pp);
-    if (*rc::gen::arbitrary<bool>())
-      c.first_stage_layers = *rc::gen::inRange(0, 4);
+namespace {
+
+// Runs the allocation a violation asks for; it must fail with exactly the violation's rule.
+void assert_pipeline_rejected(const pg::PipelineViolation& v) {
+  const ParsedPattern p = parse(v.text);
+  assert_rule(v.code, [&] {
+    if (v.pp_rank)
+      (void)select_stage(p, v.config, *v.pp_rank, v.vp_stage);
     else
-      c.last_stage_layers = *rc::gen::inRange(0, 4);
-    assert_rule("R5", [&] { (void)allocate_stages(p, c); });
+      (void)allocate_stages(p, v.config);
   });
+}
+
+}  // namespace
+
+TEST_CASE("pipes with first or last stage layer counts are rejected as R5", "[patterns][property][R5]") {
+  rc::prop("R5", [] { assert_pipeline_rejected(*pg::r5_violation()); });
 }
 
 TEST_CASE("a virtual stage of a pipe-less pattern on pp > 1 is rejected as R6", "[patterns][property][R6]") {
-  rc::prop("R6", [] {
-    const int pp = *rc::gen::inRange(2, 5);
-    const int vpp = *rc::gen::inRange(2, 4);
-    const ParsedPattern p = parse((*pg::flat_pattern(pp * *rc::gen::inRange(1, 4))).text());
-    assert_rule("R6", [&] { (void)select_stage(p, config(pp, vpp), *rc::gen::inRange(0, pp), *rc::gen::inRange(0, vpp)); });
-  });
+  rc::prop("R6", [] { assert_pipeline_rejected(*pg::r6_violation()); });
 }
 
 TEST_CASE("a legacy split with N % pp != 0 is rejected as R7", "[patterns][property][R7]") {
-  rc::prop("R7", [] {
-    const int pp = *rc::gen::inRange(2, 5);
-    const int n = pp * *rc::gen::inRange(0, 4) + *rc::gen::inRange(1, pp);
-    const ParsedPattern p = parse((*pg::flat_pattern(n)).text());
-    assert_rule("R7", [&] { (void)allocate_stages(p, config(pp)); });
-  });
+  rc::prop("R7", [] { assert_pipeline_rejected(*pg::r7_violation()); });
 }
 
 TEST_CASE("a segment count that pp does not divide is rejected as R8", "[patterns][property][R8]") {
-  rc::prop("R8", [] {
-    const int pp = *rc::gen::inRange(2, 5);
-    int segments = pp * *rc::gen::inRange(0, 3) + *rc::gen::inRange(1, pp);
-    if (segments < 2) segments += pp;
-    const ParsedPattern p = parse((*pg::piped_pattern(segments, 1)).text());
-    assert_rule("R8", [&] { (void)allocate_stages(p, config(pp)); });
-  });
+  rc::prop("R8", [] { assert_pipeline_rejected(*pg::r8_violation()); });
 }
 
 TEST_CASE("a legacy split boundary inside a group is rejected as G4", "[patterns][property][G4]") {
-  rc::prop("G4", [] {
-    const int pp = *rc::gen::inRange(2, 5);
-    const int per_rank = *rc::gen::inRange(1, 4);
-    pg::PatternModel m = *pg::flat_pattern(pp * per_rank);
-    // Merge the two layers on either side of one stage boundary into a valid group.
-    const int boundary = per_rank * *rc::gen::inRange(1, pp);
-    auto& items = m.segments[0];
-    const std::string body = std::string(1, *rc::gen::element('M', 'G')) + *rc::gen::element('-', 'E');
-    items.erase(items.begin() + boundary - 1, items.begin() + boundary + 1);
-    items.insert(items.begin() + boundary - 1, Item{body, true, 0});
-    const ParsedPattern p = parse(m.text());
-    assert_rule("G4", [&] { (void)allocate_stages(p, config(pp)); });
-  });
+  rc::prop("G4", [] { assert_pipeline_rejected(*pg::g4_violation()); });
 }
 
 TEST_CASE("grouped key prefixes are unique exactly when no group's namespaces collide", "[patterns][property][G5]") {

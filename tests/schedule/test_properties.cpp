@@ -11,64 +11,15 @@
 #include "helpers.hpp"
 #include "ht/schedule/check.hpp"
 #include "ht/schedule/plan_json.hpp"
+#include "ht/verify/plan_gen.hpp"
 
 using namespace ht::schedule;
 using namespace ht::schedule::test;
 
 namespace {
 
-struct Case {
-  std::string pattern;
-  ParallelConfig config;
-  ScheduleOptions options;
-};
-
-// One logical layer whose members own disjoint namespaces and that the overlap can split.
-rc::Gen<std::string> gen_item() {
-  return rc::gen::oneOf(
-      rc::gen::element<std::string>("M", "*", "G", "-", "E"),
-      rc::gen::map(rc::gen::tuple(rc::gen::element<std::string>("", "M", "*", "G", "M*", "MG"),
-                                  rc::gen::element<std::string>("", "-", "E")),
-                   [](const std::tuple<std::string, std::string>& t) {
-                     std::string body = std::get<0>(t) + std::get<1>(t);
-                     return body.empty() ? std::string("[*E]") : "[" + body + "]";
-                   }));
-}
-
-rc::Gen<std::string> gen_segment() {
-  return rc::gen::exec([] {
-    std::string s;
-    const int items = *rc::gen::inRange(0, 3);
-    for (int i = 0; i < items; ++i) s += *gen_item();
-    return s;
-  });
-}
-
-rc::Gen<Case> gen_case() {
-  return rc::gen::exec([] {
-    Case c;
-    const int ep = *rc::gen::element(1, 2, 4);
-    c.config.ep = ep;
-    c.config.dp = ep * *rc::gen::element(1, 2);
-    c.config.pp = *rc::gen::inRange(1, 4);
-    const bool overlap = ep > 1 && *rc::gen::arbitrary<bool>();
-    if (c.config.pp > 1) c.config.vpp = overlap ? *rc::gen::inRange(1, 3) : *rc::gen::inRange(0, 3);
-    if (c.config.pp > 1 && c.config.vpp > 0) {
-      c.config.microbatches = c.config.pp * *rc::gen::inRange(1, 3);
-    } else {
-      c.config.microbatches = *rc::gen::inRange(1, 5);
-    }
-    const int segments = c.config.pp * c.config.model_chunks();
-    for (int s = 0; s < segments; ++s) c.pattern += (s ? "|" : "") + *gen_segment();
-    if (c.pattern.find_first_of("M*G-E") == std::string::npos) c.pattern += "[*E]";
-    if (!overlap && *rc::gen::inRange(0, 4) == 0) c.pattern += *rc::gen::element<std::string>("/*E", "/M-/M-");
-    c.options.overlap = overlap;
-    c.options.delay_wgrad = overlap && *rc::gen::arbitrary<bool>();
-    c.options.early_attn_release = overlap && *rc::gen::arbitrary<bool>();
-    c.options.routing_skew = *rc::gen::element(0.0, 0.5, 1.5);
-    return c;
-  });
-}
+using Case = ht::verify::gen::PlanCase;
+using ht::verify::gen::plan_case;
 
 Plan build(const Case& c) {
   return build_plan(ht::patterns::parse(c.pattern), tiny_model(), c.config, c.options);
@@ -78,7 +29,7 @@ Plan build(const Case& c) {
 
 TEST_CASE("generated plans are well formed and run to completion", "[schedule][property]") {
   rc::prop("structure, no deadlock, chains, F/B/W pairing, EP lock step", [] {
-    const Case c = *gen_case();
+    const Case c = *plan_case();
     RC_LOG() << c.pattern << " ep " << c.config.ep << " dp " << c.config.dp << " pp "
              << c.config.pp << " vpp " << c.config.vpp << " mb " << c.config.microbatches
              << " overlap " << c.options.overlap << " delay " << c.options.delay_wgrad << "\n";
@@ -140,7 +91,7 @@ TEST_CASE("generated plans are well formed and run to completion", "[schedule][p
 
 TEST_CASE("generated plans are deterministic and round-trip through JSON", "[schedule][property]") {
   rc::prop("same input -> same bytes; write -> read -> equal plan and bytes", [] {
-    const Case c = *gen_case();
+    const Case c = *plan_case();
     const Plan plan = build(c);
     const std::string text = plan_to_json(plan);
     RC_ASSERT(plan_to_json(build(c)) == text);

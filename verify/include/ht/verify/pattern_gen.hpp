@@ -22,7 +22,9 @@ inline void showValue(const Item& item, std::ostream& os) {
 }
 }  // namespace ht::patterns
 
-namespace ht::patterns::gen {
+namespace ht::verify::gen {
+
+using patterns::Item;
 
 // The symbols one model may use. `owners` are the symbols owning self_attention; together with
 // 'M' (mixer) and '-'/'E' (mlp) they are the namespace classes a valid group draws from.
@@ -40,6 +42,8 @@ inline const World& mla_world() {
   static const World w{"mla", "MGD+CHW-E", "GD+CHW"};
   return w;
 }
+
+inline const World& world_named(const std::string& name) { return name == "mla" ? mla_world() : plain_world(); }
 
 inline rc::Gen<World> world() { return rc::gen::element(plain_world(), mla_world()); }
 
@@ -232,8 +236,8 @@ inline rc::Gen<PatternModel> loosely_grouped_pattern() {
 inline rc::Gen<char> non_symbol() { return rc::gen::elementOf(std::string("abxz0 .#!?(){}m~")); }
 
 // R1: one foreign character anywhere in main, or at the same place in every MTP part.
-inline rc::Gen<Violation> r1_violation() {
-  return rc::gen::mapcat(valid_pattern(), [](const PatternModel& m) {
+inline rc::Gen<Violation> r1_violation(rc::Gen<PatternModel> base = valid_pattern()) {
+  return rc::gen::mapcat(base, [](const PatternModel& m) {
     const int main_size = static_cast<int>(m.main_text().size());
     return rc::gen::map(
         rc::gen::tuple(non_symbol(), rc::gen::inRange(0, main_size + 1), rc::gen::inRange(0, static_cast<int>(m.mtp.size()) + 1),
@@ -252,8 +256,8 @@ inline rc::Gen<Violation> r1_violation() {
 
 // R2: '*' and an MLA-family symbol inserted between items of a '*'-world pattern. The caret goes
 // to the first layer whose family conflicts with an earlier layer.
-inline rc::Gen<Violation> r2_violation() {
-  return rc::gen::mapcat(pattern_in(plain_world(), item(plain_world()), 1, 3, true), [](const PatternModel& m) {
+inline rc::Gen<Violation> r2_violation(rc::Gen<PatternModel> base = pattern_in(plain_world(), item(plain_world()), 1, 3, true)) {
+  return rc::gen::mapcat(base, [](const PatternModel& m) {
     const auto bounds = m.boundaries();
     const int n = static_cast<int>(bounds.size());
     return rc::gen::map(
@@ -282,8 +286,8 @@ inline rc::Gen<Violation> r2_violation() {
 
 // R3: MTP parts that differ; the later part may even hold foreign characters, since identity is
 // checked before symbols.
-inline rc::Gen<Violation> r3_violation() {
-  return rc::gen::mapcat(valid_pattern(), [](const PatternModel& m) {
+inline rc::Gen<Violation> r3_violation(rc::Gen<PatternModel> base = valid_pattern()) {
+  return rc::gen::mapcat(base, [](const PatternModel& m) {
     return rc::gen::map(
         rc::gen::tuple(rc::gen::inRange(1, 3), rc::gen::elementOf(std::string("M*-Ex|[]")), rc::gen::inRange(0, 2)),
         [m](const std::tuple<int, char, int>& t) {
@@ -299,8 +303,8 @@ inline rc::Gen<Violation> r3_violation() {
 }
 
 // R4: a pipe inside identical MTP parts.
-inline rc::Gen<Violation> r4_violation() {
-  return rc::gen::mapcat(valid_pattern(), [](const PatternModel& m) {
+inline rc::Gen<Violation> r4_violation(rc::Gen<PatternModel> base = valid_pattern()) {
+  return rc::gen::mapcat(base, [](const PatternModel& m) {
     return rc::gen::map(rc::gen::tuple(rc::gen::inRange(0, static_cast<int>(m.mtp.size()) + 1), rc::gen::inRange(1, 4)),
                         [m](const std::tuple<int, int>& t) {
                           const auto& [at, depths] = t;
@@ -313,8 +317,8 @@ inline rc::Gen<Violation> r4_violation() {
 }
 
 // G1: an unmatched '[' at a segment end, a stray ']', an empty group, or a nested group.
-inline rc::Gen<Violation> g1_violation() {
-  return rc::gen::mapcat(valid_pattern(), [](const PatternModel& m) {
+inline rc::Gen<Violation> g1_violation(rc::Gen<PatternModel> base = valid_pattern()) {
+  return rc::gen::mapcat(base, [](const PatternModel& m) {
     const auto bounds = m.boundaries();
     const auto ends = m.segment_ends();
     return rc::gen::map(
@@ -340,8 +344,8 @@ inline rc::Gen<Violation> g1_violation() {
 }
 
 // G2: a group of 'M', an attention owner and 'E', with 'E' anywhere but last.
-inline rc::Gen<Violation> g2_violation() {
-  return rc::gen::mapcat(valid_pattern(), [](const PatternModel& m) {
+inline rc::Gen<Violation> g2_violation(rc::Gen<PatternModel> base = valid_pattern()) {
+  return rc::gen::mapcat(base, [](const PatternModel& m) {
     const auto bounds = m.boundaries();
     const std::string owners = m.world == "plain" ? plain_world().owners : mla_world().owners;
     return rc::gen::map(
@@ -360,27 +364,31 @@ inline rc::Gen<Violation> g2_violation() {
   });
 }
 
-// G3: a well-formed group inside every (identical) MTP part.
-inline rc::Gen<Violation> g3_violation() {
-  return rc::gen::mapcat(world(), [](const World& w) {
-    return rc::gen::mapcat(pattern_in(w, item(w), 1, 3, false), [w](const PatternModel& m) {
-      return rc::gen::map(rc::gen::tuple(mtp_part(w), group_body(w), mtp_part(w), rc::gen::inRange(1, 4)),
-                          [m](const std::tuple<std::string, std::string, std::string, int>& t) {
-                            const auto& [before, body, after, depths] = t;
-                            PatternModel broken = m;
-                            broken.mtp = before + "[" + body + "]" + after;
-                            broken.mtp_repeats = depths;
-                            return Violation{broken.text(), "G3",
-                                             static_cast<int>(m.main_text().size()) + 1 + static_cast<int>(before.size())};
-                          });
-    });
+// G3: a well-formed group inside every (identical) MTP part of `base` (its own MTP is replaced).
+inline rc::Gen<Violation> g3_violation_on(rc::Gen<PatternModel> base) {
+  return rc::gen::mapcat(base, [](const PatternModel& m) {
+    const World& w = world_named(m.world);
+    return rc::gen::map(rc::gen::tuple(mtp_part(w), group_body(w), mtp_part(w), rc::gen::inRange(1, 4)),
+                        [m](const std::tuple<std::string, std::string, std::string, int>& t) {
+                          const auto& [before, body, after, depths] = t;
+                          PatternModel broken = m;
+                          broken.mtp = before + "[" + body + "]" + after;
+                          broken.mtp_repeats = depths;
+                          return Violation{broken.text(), "G3",
+                                           static_cast<int>(m.main_text().size()) + 1 + static_cast<int>(before.size())};
+                        });
   });
+}
+
+// G3 on a generated MTP-free pattern.
+inline rc::Gen<Violation> g3_violation() {
+  return g3_violation_on(rc::gen::mapcat(world(), [](const World& w) { return pattern_in(w, item(w), 1, 3, false); }));
 }
 
 // G5: a group where two members come from one namespace class (the caret is on the second), with
 // possibly a member of another class between them; 'E' stays last.
-inline rc::Gen<Violation> g5_violation() {
-  return rc::gen::mapcat(valid_pattern(), [](const PatternModel& m) {
+inline rc::Gen<Violation> g5_violation(rc::Gen<PatternModel> base = valid_pattern()) {
+  return rc::gen::mapcat(base, [](const PatternModel& m) {
     const auto bounds = m.boundaries();
     const std::string owners = m.world == "plain" ? plain_world().owners : mla_world().owners;
     return rc::gen::map(
@@ -405,4 +413,49 @@ inline rc::Gen<Violation> g5_violation() {
   });
 }
 
-}  // namespace ht::patterns::gen
+
+// --- fixed patterns (hybrid-twin fuzz --pattern) -------------------------------------------------
+
+// The model of an already parsed pattern, so violation generators can break a user's own pattern.
+inline PatternModel model_of(const patterns::ParsedPattern& p) {
+  PatternModel m;
+  m.world = p.flattened_symbols().find_first_of("D+CHW") != std::string::npos ||
+                    p.mtp.find_first_of("D+CHW") != std::string::npos
+                ? "mla"
+                : "plain";
+  for (const patterns::Segment& seg : p.segments) {
+    std::vector<Item> items;
+    for (const Item& it : seg.items) items.push_back(Item{it.symbols, it.grouped, 0});
+    m.segments.push_back(std::move(items));
+  }
+  if (m.segments.empty()) m.segments.emplace_back();
+  m.mtp = p.mtp;
+  m.mtp_repeats = p.mtp_depths;
+  return m;
+}
+
+// --- GPT-importable patterns -------------------------------------------------------------------
+
+// n blocks, each an attention and an MLP layer ('-' everywhere, or 'E' everywhere) in either
+// order, Mamba layers sprinkled in, some neighbours grouped, some pipes.
+inline rc::Gen<std::string> gpt_compatible_pattern() {
+  return rc::gen::mapcat(rc::gen::tuple(rc::gen::inRange(1, 6), rc::gen::element('-', 'E')), [](const std::tuple<int, char>& t) {
+    const auto [blocks, mlp] = t;
+    const auto piece = rc::gen::tuple(rc::gen::inRange(0, 3), rc::gen::arbitrary<bool>(), rc::gen::inRange(0, 4));
+    return rc::gen::map(rc::gen::container<std::vector<std::tuple<int, bool, int>>>(static_cast<std::size_t>(blocks), piece),
+                        [mlp](const std::vector<std::tuple<int, bool, int>>& pieces) {
+                          std::string out;
+                          for (const auto& [mambas, grouped, shape] : pieces) {
+                            out += std::string(static_cast<std::size_t>(mambas), 'M');
+                            // 'E' must end its group, so a grouped MoE block is always "[*E]".
+                            const bool attention_first = mlp == 'E' || shape % 2 == 0;
+                            const std::string block = attention_first ? std::string("*") + mlp : std::string(1, mlp) + "*";
+                            out += grouped ? "[" + block + "]" : block;
+                            if (shape == 3) out += "|";
+                          }
+                          return out;
+                        });
+  });
+}
+
+}  // namespace ht::verify::gen

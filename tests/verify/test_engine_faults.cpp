@@ -1,0 +1,47 @@
+// Mutation checks the engine properties must pass: with the executor's test-only fault
+// (ExecutorOptions::test_drop_residual_grad: the parked residual loses the gradient the combine
+// node sends it) the engine equivalence properties fail and shrink to a replayable case.
+#include <catch2/catch.hpp>
+
+#include "ht/verify/engine_checks.hpp"
+#include "ht/verify/runner.hpp"
+
+using namespace ht::verify;
+
+namespace {
+
+// A registry property with its check re-pointed at a broken executor.
+Property with_fault(const std::string& name, void (*check)(const Case&, const ht::engine::exec::ExecutorOptions&)) {
+  Property p = *find_property(name);
+  p.check = [check](const Case& c) {
+    ht::engine::exec::ExecutorOptions broken;
+    broken.test_drop_residual_grad = true;
+    check(c, broken);
+  };
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("a dropped residual gradient makes engine.matches_model fail", "[verify]") {
+  RunOptions o;
+  o.seed = 5;
+  o.cases = 30;
+  const RunResult r = run_property(with_fault("engine.matches_model", check_engine_matches_model), o);
+  CHECK(r.outcome == Outcome::Fail);
+  REQUIRE(r.counterexample.has_value());
+  CHECK_THAT(r.note, Catch::Contains("differs from the HybridModel"));
+  // The shrunk case fails again with the fault and passes without it.
+  CHECK_THROWS_AS(with_fault("engine.matches_model", check_engine_matches_model).check(r.counterexample->input), Falsified);
+  CHECK_FALSE(replay(*r.counterexample).has_value());
+}
+
+TEST_CASE("a dropped residual gradient makes engine.overlap_vs_sequential fail", "[verify]") {
+  RunOptions o;
+  o.seed = 6;
+  o.cases = 30;
+  const RunResult r = run_property(with_fault("engine.overlap_vs_sequential", check_engine_overlap_vs_sequential), o);
+  CHECK(r.outcome == Outcome::Fail);
+  REQUIRE(r.counterexample.has_value());
+  CHECK_FALSE(replay(*r.counterexample).has_value());
+}

@@ -1,0 +1,149 @@
+// Twin properties (reference sections 3.5 and 5.2, sim/replay.hpp): the SimGrid replay of a
+// generated plan runs each stream one node at a time, its summary equals the figures recomputed
+// here from the timeline's own spans (step time, compute busy, bubble, all-to-all totals), no
+// step beats its busiest stream, and a replay is a pure function of its inputs.
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "ht/schedule/build.hpp"
+#include "ht/sim/replay.hpp"
+#include "plan_case.hpp"
+#include "property_groups.hpp"
+
+namespace ht::verify::detail {
+namespace {
+
+struct TwinInput {
+  schedule::Plan plan;
+  sim::PlatformSpec platform;
+  sim::CostModel costs;
+};
+
+TwinInput twin_input(const Case& c) {
+  const PlanInput in = input_of(c);
+  TwinInput t{schedule::build_plan(in.pattern, in.dims, in.config, in.options), sim::preset("dgx-h100"), {}};
+  t.platform.gpus_per_node = c.at("gpus_per_node").get<int>();
+  t.costs.interference_factor = c.at("interference").get<double>();
+  return t;
+}
+
+sim::SimResult run(const TwinInput& t) { return sim::replay(t.plan, t.platform, t.costs); }
+
+// SimGrid rounds event times to about 1e-9 s; allow that per node on a path.
+double slack(const schedule::Plan& p) { return 1e-9 * static_cast<double>(p.nodes.size() + 1); }
+
+bool close(double a, double b) { return std::fabs(a - b) <= 1e-9 * std::max({1.0, std::fabs(a), std::fabs(b)}); }
+
+// Reference 5.2 item 2: at most one node per stream at a time, in issue order.
+void check_stream_serialised(const Case& c) {
+  const TwinInput t = twin_input(c);
+  const auto r = run(t);
+  std::map<std::pair<int, int>, std::vector<const traces::Span*>> by_stream;
+  for (const auto& s : r.timeline.spans) by_stream[{s.device, s.stream}].push_back(&s);
+  const double eps = slack(t.plan);
+  for (auto& [key, spans] : by_stream) {
+    std::stable_sort(spans.begin(), spans.end(), [](auto* a, auto* b) { return a->start_s < b->start_s; });
+    for (std::size_t i = 1; i < spans.size(); ++i)
+      if (spans[i]->start_s < spans[i - 1]->end_s() - eps)
+        fail("GPU " + std::to_string(key.first) + " stream " + std::to_string(key.second) + ": '" + spans[i]->name +
+             "' starts before '" + spans[i - 1]->name + "' ends");
+  }
+  // Issue order: the spans of each stream appear in the order the rank issued their nodes.
+  for (const auto& rp : t.plan.ranks)
+    for (int stream : {0, 1}) {
+      std::vector<std::string> issued;
+      for (int id : rp.issue) {
+        const auto& n = t.plan.node(id);
+        if ((n.stream == schedule::Stream::Compute ? 0 : 1) == stream) issued.push_back(n.label());
+      }
+      const auto& spans = by_stream[{rp.rank, stream}];
+      std::size_t at = 0;
+      for (const auto* s : spans) {
+        while (at < issued.size() && issued[at] != s->name) ++at;
+        if (at == issued.size())
+          fail("GPU " + std::to_string(rp.rank) + " stream " + std::to_string(stream) + " ran '" + s->name +
+               "' out of issue order");
+        ++at;
+      }
+    }
+}
+
+// The summary's figures, recomputed from the spans (definitions in sim/replay.hpp).
+void check_summary(const Case& c) {
+  const TwinInput t = twin_input(c);
+  const auto r = run(t);
+  const int gpus = t.plan.global_ranks();
+  double step = 0, busy = 0, a2a = 0, max_busy = 0;
+  std::vector<double> busy_of(static_cast<std::size_t>(gpus), 0.0);
+  for (const auto& s : r.timeline.spans) {
+    step = std::max(step, s.end_s());
+    if (s.stream == 0) busy_of[static_cast<std::size_t>(s.device)] += s.duration_s;
+    if (s.category == "dispatch" || s.category == "combine") a2a += s.duration_s;
+  }
+  for (double b : busy_of) busy += b, max_busy = std::max(max_busy, b);
+  busy /= gpus;
+  a2a /= gpus;
+  const auto& m = r.summary;
+  if (m.gpus != gpus) fail("summary counts " + std::to_string(m.gpus) + " GPUs, the plan has " + std::to_string(gpus));
+  if (!close(m.step_time_s, step)) fail("step_time_s " + std::to_string(m.step_time_s) + " != " + std::to_string(step));
+  if (!close(m.compute_busy_s, busy))
+    fail("compute_busy_s " + std::to_string(m.compute_busy_s) + " != " + std::to_string(busy));
+  if (!close(m.max_compute_busy_s, max_busy))
+    fail("max_compute_busy_s " + std::to_string(m.max_compute_busy_s) + " != " + std::to_string(max_busy));
+  const double bubble = step > 0 ? 1.0 - busy / step : 0.0;
+  if (!close(m.bubble_fraction, bubble))
+    fail("bubble_fraction " + std::to_string(m.bubble_fraction) + " != 1 - busy/step = " + std::to_string(bubble));
+  if (!close(m.a2a_total_s, a2a)) fail("a2a_total_s " + std::to_string(m.a2a_total_s) + " != " + std::to_string(a2a));
+  if (m.a2a_exposed_s > m.a2a_total_s * (1 + 1e-9) + 1e-15) fail("more all-to-all exposed than run");
+}
+
+void check_step_bound(const Case& c) {
+  const TwinInput t = twin_input(c);
+  const auto r = run(t);
+  std::map<std::pair<int, int>, double> busy;
+  for (const auto& s : r.timeline.spans) busy[{s.device, s.stream}] += s.duration_s;
+  for (const auto& [key, b] : busy)
+    if (r.summary.step_time_s + slack(t.plan) < b)
+      fail("step " + std::to_string(r.summary.step_time_s) + " s is shorter than GPU " + std::to_string(key.first) +
+           " stream " + std::to_string(key.second) + " busy " + std::to_string(b) + " s");
+}
+
+void check_deterministic(const Case& c) {
+  const TwinInput t = twin_input(c);
+  const auto a = run(t), b = run(t);
+  expect(a.summary == b.summary, "two replays of one input give different summaries");
+  expect(a.timeline.spans == b.timeline.spans, "two replays of one input give different timelines");
+}
+
+// Small plans (at most 8 GPUs) on dgx-h100 with 2 or 8 GPUs per node, with or without
+// interference.
+CaseSource twin_cases(const FuzzContext& ctx) {
+  const CaseSource plans = general_plan_cases(ctx);
+  return {rc::gen::map(rc::gen::tuple(*plans.gen, rc::gen::element(2, 8), rc::gen::element(1.0, 1.3)),
+                       [](const std::tuple<Case, int, double>& t) {
+                         Case c = std::get<0>(t);
+                         c["gpus_per_node"] = std::get<1>(t);
+                         c["interference"] = std::get<2>(t);
+                         return c;
+                       }),
+          ""};
+}
+
+Property make(std::string name, std::string summary, std::function<void(const Case&)> check) {
+  return Property{std::move(name), "twin", std::move(summary), twin_cases, std::move(check)};
+}
+
+}  // namespace
+
+void add_twin_properties(std::vector<Property>& out) {
+  out.push_back(make("twin.stream_serialised", "each simulated stream runs one node at a time, in issue order",
+                     check_stream_serialised));
+  out.push_back(make("twin.summary", "step, busy, bubble and all-to-all figures equal those recomputed from the spans",
+                     check_summary));
+  out.push_back(make("twin.step_bound", "no step is shorter than its busiest stream", check_step_bound));
+  out.push_back(make("twin.deterministic", "a replay is a pure function of plan, platform and costs",
+                     check_deterministic));
+}
+
+}  // namespace ht::verify::detail

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "engine_compare.hpp"
+#include "ht/schedule/build.hpp"
 #include "ht/engine/layers/moe.hpp"
 #include "ht/engine/model.hpp"
 #include "ht/patterns/symbols.hpp"
@@ -177,6 +178,40 @@ void check_ep_invariance(const Case& j) {
   if (!(std::fabs(ra.total - rb.total) <= loss_bound))
     fail("EP = " + std::to_string(ep) + " loss " + std::to_string(ra.total) + " differs from EP = 1 loss " +
          std::to_string(rb.total));
+}
+
+// The same pattern cut into two pipeline stages at a place the seed picks (an empty last stage
+// when there is one item): PP = 2 (1F1B, with the case's EP) must equal PP = 1 bit for bit --
+// losses, and every gradient compared owner to owner, since a layer's gradients accumulate over
+// the same microbatches in the same order on its one stage.
+void check_pp_invariance(const Case& j) {
+  const EngineCase c = engine_case_of(j);
+  const auto whole = patterns::parse(c.pattern);
+  std::vector<std::size_t> cuts;  // top-level positions between items
+  int depth = 0;
+  for (std::size_t i = 0; i < c.pattern.size(); ++i) {
+    if (c.pattern[i] == '[') ++depth;
+    if (c.pattern[i] == ']') --depth;
+    if (depth == 0 && i + 1 < c.pattern.size()) cuts.push_back(i + 1);
+  }
+  const std::size_t at = cuts.empty() ? c.pattern.size() : cuts[c.weight_seed % cuts.size()];
+  const std::string piped = c.pattern.substr(0, at) + "|" + c.pattern.substr(at);
+  const auto staged = patterns::parse(piped);
+  schedule::ParallelConfig pc;
+  pc.ep = c.ep;
+  pc.dp = c.ep;
+  pc.pp = 2;
+  pc.microbatches = c.microbatches;
+  const auto batches = detail::batches_for(c, c.ep, c.microbatches);
+  Executor a(staged, c.model, c.weight_seed,
+             schedule::build_plan(staged, engine::exec::schedule_dims(c.model, c.batch, c.seq), pc, {}));
+  Executor b(whole, c.model, c.weight_seed, detail::plan_for(whole, c, c.ep, c.microbatches, false, false));
+  const auto ra = a.step(batches);
+  const auto rb = b.step(batches);
+  detail::expect_same_losses(ra, rb, "PP = 2 ('" + piped + "') vs PP = 1");
+  const auto d = detail::compare_owned(a, b, true);
+  if (!d.bitwise)
+    fail("PP = 2 ('" + piped + "') gradient " + d.first_differing + " differs from PP = 1 by " + std::to_string(d.max_abs));
 }
 
 // Two steps of the overlapped grouped run, saved; the sequential flattened run (other seed:
@@ -361,6 +396,8 @@ void add_engine_properties(std::vector<Property>& out) {
                      engine_cases(true), check_delay_wgrad));
   out.push_back(make("engine.ep_invariance", "EP = n == EP = 1 within the float32 reassociation bound",
                      engine_cases(false), check_ep_invariance));
+  out.push_back(make("engine.pp_invariance", "PP = 2 (pattern cut at a random item) == PP = 1: losses and gradients bitwise",
+                     engine_cases(false), check_pp_invariance));
   out.push_back(make("engine.checkpoint_resume",
                      "a checkpoint of the overlapped grouped run resumes the sequential flattened run bitwise",
                      engine_cases(false), check_checkpoint_resume));

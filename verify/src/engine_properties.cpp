@@ -9,12 +9,14 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <numeric>
 #include <sstream>
 #include <thread>
 
 #include "engine_compare.hpp"
 #include "ht/schedule/build.hpp"
+#include "ht/engine/checkpoint.hpp"
 #include "ht/engine/layers/moe.hpp"
 #include "ht/engine/model.hpp"
 #include "ht/patterns/symbols.hpp"
@@ -214,6 +216,57 @@ void check_pp_invariance(const Case& j) {
     fail("PP = 2 ('" + piped + "') gradient " + d.first_differing + " differs from PP = 1 by " + std::to_string(d.max_abs));
 }
 
+// A checkpoint of the grouped model (logical keys, final_layernorm) loads into its flattened form
+// (physical keys, final_norm) and vice versa: the loaded model, built from another seed so every
+// value must come from the file, gives the same loss, logits and gradients bit for bit.
+void check_checkpoint_load(const Case& j) {
+  const EngineCase c = engine_case_of(j);
+  const auto grouped = patterns::parse(c.pattern);
+  const auto flat = patterns::flatten(grouped);
+  const engine::Batch batch = detail::batches_for(c, 1, 1).at(0).at(0);
+  for (int direction = 0; direction < 2; ++direction) {
+    const auto& from = direction == 0 ? grouped : flat;
+    const auto& to = direction == 0 ? flat : grouped;
+    const std::string what = "'" + from.text + "' checkpoint loaded into '" + to.text + "'";
+    engine::HybridModel<float> src(from, c.model, c.weight_seed);
+    engine::HybridModel<float> dst(to, c.model, c.weight_seed + 1);
+    std::ostringstream name;
+    name << "hybrid-twin-fuzz-ckpt-" << std::this_thread::get_id() << "-" << c.weight_seed << "-" << direction;
+    const auto dir = std::filesystem::temp_directory_path() / name.str();
+    try {
+      engine::save_checkpoint(dir.string(), src, nullptr, 0, c.weight_seed);
+      engine::load_checkpoint(dir.string(), dst, nullptr);
+    } catch (...) {
+      std::filesystem::remove_all(dir);
+      throw;
+    }
+    std::filesystem::remove_all(dir);
+    const double la = src.forward(batch).total;
+    const double lb = dst.forward(batch).total;
+    if (std::memcmp(&la, &lb, sizeof la) != 0)
+      fail(what + ": loss " + std::to_string(lb) + " differs from " + std::to_string(la));
+    const auto& xa = src.logits();
+    const auto& xb = dst.logits();
+    if (xa.shape != xb.shape || std::memcmp(xa.data.data(), xb.data.data(), xa.size() * sizeof(float)) != 0)
+      fail(what + ": logits differ");
+    src.zero_grad();
+    dst.zero_grad();
+    src.forward(batch);
+    dst.forward(batch);
+    src.backward();
+    dst.backward();
+    std::map<std::string, const engine::Tensor<float>*> grads;
+    for (auto& p : dst.parameters()) grads[p.canonical] = p.grad;
+    for (auto& p : src.parameters()) {
+      const auto it = grads.find(p.canonical);
+      if (it == grads.end()) fail(what + ": no parameter " + p.canonical + " after loading");
+      const auto& g = *it->second;
+      if (g.shape != p.grad->shape || std::memcmp(g.data.data(), p.grad->data.data(), g.size() * sizeof(float)) != 0)
+        fail(what + ": gradient of " + p.canonical + " differs");
+    }
+  }
+}
+
 // Two steps of the overlapped grouped run, saved; the sequential flattened run (other seed:
 // everything must come from the file) resumes it and the third step gives the same parameters.
 void check_checkpoint_resume(const Case& j) {
@@ -398,6 +451,9 @@ void add_engine_properties(std::vector<Property>& out) {
                      engine_cases(false), check_ep_invariance));
   out.push_back(make("engine.pp_invariance", "PP = 2 (pattern cut at a random item) == PP = 1: losses and gradients bitwise",
                      engine_cases(false), check_pp_invariance));
+  out.push_back(make("engine.checkpoint_load",
+                     "grouped checkpoint -> flattened model and back: loss, logits and gradients bitwise",
+                     engine_cases(false), check_checkpoint_load));
   out.push_back(make("engine.checkpoint_resume",
                      "a checkpoint of the overlapped grouped run resumes the sequential flattened run bitwise",
                      engine_cases(false), check_checkpoint_resume));

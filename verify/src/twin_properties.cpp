@@ -7,6 +7,8 @@
 #include <map>
 
 #include "ht/schedule/build.hpp"
+#include "ht/sim/platform.hpp"
+#include "ht/verify/platform_gen.hpp"
 #include "ht/sim/replay.hpp"
 #include "plan_case.hpp"
 #include "property_groups.hpp"
@@ -22,8 +24,8 @@ struct TwinInput {
 
 TwinInput twin_input(const Case& c) {
   const PlanInput in = input_of(c);
-  TwinInput t{schedule::build_plan(in.pattern, in.dims, in.config, in.options), sim::preset("dgx-h100"), {}};
-  t.platform.gpus_per_node = c.at("gpus_per_node").get<int>();
+  TwinInput t{schedule::build_plan(in.pattern, in.dims, in.config, in.options),
+              sim::parse_platform(c.at("platform").get<std::string>()), {}};
   t.costs.interference_factor = c.at("interference").get<double>();
   return t;
 }
@@ -116,14 +118,15 @@ void check_deterministic(const Case& c) {
   expect(a.timeline.spans == b.timeline.spans, "two replays of one input give different timelines");
 }
 
-// Small plans (at most 8 GPUs) on dgx-h100 with 2 or 8 GPUs per node, with or without
-// interference.
+// Small plans (at most 8 GPUs) on generated platforms (gen::platform_text: both presets, 1 to 8
+// GPUs per node, NVLink/NIC rates and latencies, efficiencies, oversubscription, GPU peak), with
+// or without interference.
 CaseSource twin_cases(const FuzzContext& ctx) {
   const CaseSource plans = general_plan_cases(ctx);
-  return {rc::gen::map(rc::gen::tuple(*plans.gen, rc::gen::element(2, 8), rc::gen::element(1.0, 1.3)),
-                       [](const std::tuple<Case, int, double>& t) {
+  return {rc::gen::map(rc::gen::tuple(*plans.gen, gen::platform_text(), rc::gen::element(1.0, 1.3)),
+                       [](const std::tuple<Case, std::string, double>& t) {
                          Case c = std::get<0>(t);
-                         c["gpus_per_node"] = std::get<1>(t);
+                         c["platform"] = std::get<1>(t);
                          c["interference"] = std::get<2>(t);
                          return c;
                        }),

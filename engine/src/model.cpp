@@ -10,6 +10,7 @@
 #include "ht/engine/cpu/gemm.hpp"
 #include "ht/engine/error.hpp"
 #include "ht/engine/layers/embedding.hpp"
+#include "ht/engine/runtime/host_allocator.hpp"
 #include "ht/patterns/checkpoint.hpp"
 #include "ht/patterns/symbols.hpp"
 
@@ -127,6 +128,7 @@ template <class T>
 HybridModel<T>::HybridModel(const patterns::ParsedPattern& pattern, const ModelConfig& cfg,
                             std::uint64_t seed)
     : impl_(std::make_unique<Impl>()) {
+  runtime::keep_freed_host_memory();
   if (auto msg = unsupported_symbols(pattern); !msg.empty())
     throw EngineError(ErrorCode::Unsupported, msg);
   if (cfg.hidden < 1 || cfg.vocab_size < 1)

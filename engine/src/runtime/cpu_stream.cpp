@@ -4,9 +4,41 @@
 
 #include <ht/engine/runtime/error.hpp>
 
+#include <pthread.h>
+#include <sched.h>
+
+#include <cstdio>
+#include <ctime>
 #include <utility>
 
 namespace ht::engine::runtime {
+
+namespace {
+// The arguments of the span the current thread's work item runs in (null outside work).
+thread_local std::map<std::string, std::string>* current_span_args = nullptr;
+thread_local double current_span_cpu_start = 0;
+
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+std::string microseconds_text(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3f", seconds * 1e6);
+  return text;
+}
+}  // namespace
+
+void annotate_span(const std::string& key, const std::string& value) {
+  if (current_span_args) (*current_span_args)[key] = value;
+}
+
+void mark_span_cpu(const std::string& key) {
+  if (current_span_args && !current_span_args->contains(key))
+    (*current_span_args)[key] = microseconds_text(thread_cpu_seconds() - current_span_cpu_start);
+}
 
 CpuStream::CpuStream(int device, int id, TraceRecorder* recorder, StreamErrorHook on_error)
     : device_(device),
@@ -19,6 +51,16 @@ CpuStream::CpuStream(int device, int id, TraceRecorder* recorder, StreamErrorHoo
       on_error_(std::move(on_error)) {
   if (recorder_) recorder_->add_stream(traces::StreamInfo{device_, id_, name_, role_});
   thread_ = std::thread([this] { run(); });
+  if (id_ == kCommStream) {
+    // Comm streams run at real-time priority where the OS allows it (root or CAP_SYS_NICE), the
+    // CPU counterpart of Megatron's high-priority comm stream: a comm thread woken by a finished
+    // transfer preempts compute at once instead of waiting for a time slice, which on a machine
+    // with fewer cores than stream threads is what lets the all-to-all overlap compute. Where
+    // the OS refuses, the stream keeps normal priority; realtime() tells which.
+    sched_param sp{};
+    sp.sched_priority = 1;
+    realtime_ = pthread_setschedparam(thread_.native_handle(), SCHED_FIFO, &sp) == 0;
+  }
 }
 
 CpuStream::~CpuStream() {
@@ -96,6 +138,10 @@ void CpuStream::run() {
         fail(std::current_exception());
       }
     } else if (!failed) {
+      const bool labelled = recorder_ && !item.label.name.empty();
+      if (labelled) current_span_args = &item.label.args;
+      const double cpu_start = labelled ? thread_cpu_seconds() : 0;
+      current_span_cpu_start = cpu_start;
       const auto start = TraceRecorder::Clock::now();
       try {
         item.work();
@@ -103,7 +149,9 @@ void CpuStream::run() {
         fail(std::current_exception());
       }
       const auto end = TraceRecorder::Clock::now();
-      if (recorder_ && !item.label.name.empty()) {
+      current_span_args = nullptr;
+      if (labelled) {
+        item.label.args["cpu_us"] = microseconds_text(thread_cpu_seconds() - cpu_start);
         traces::Span span;
         span.name = std::move(item.label.name);
         span.category = std::move(item.label.category);
@@ -147,12 +195,14 @@ void CpuEvent::record(Stream& stream) {
     state_->pending.insert(generation);
   }
   cpu.enqueue_control([state = state_, generation](bool stream_failed) {
+    bool waited = false;
     {
       std::lock_guard lock(state->mutex);
       state->pending.erase(generation);
       if (stream_failed) state->failed.insert(generation);
+      waited = state->waited.contains(generation);
     }
-    state->completed.notify_all();
+    if (waited) state->completed.notify_all();
   });
 }
 
@@ -181,7 +231,10 @@ void CpuEvent::synchronize() {
 
 void CpuEvent::State::wait_for(std::uint64_t generation, std::chrono::milliseconds timeout) {
   std::unique_lock lock(mutex);
-  if (!completed.wait_for(lock, timeout, [&] { return !pending.contains(generation); })) {
+  ++waited[generation];
+  const bool reached = completed.wait_for(lock, timeout, [&] { return !pending.contains(generation); });
+  if (--waited[generation] == 0) waited.erase(generation);
+  if (!reached) {
     throw RuntimeError(ErrorCode::Timeout,
                        "event wait: record #" + std::to_string(generation) + " not reached after " +
                            std::to_string(timeout.count()) + " ms (dependency cycle or lost work?)");

@@ -2,8 +2,12 @@
 #include <ht/engine/runtime/cpu_world.hpp>
 
 #include <ht/engine/runtime/error.hpp>
+#include <ht/engine/runtime/host_allocator.hpp>
+
+#include <sched.h>
 
 #include <exception>
+#include <algorithm>
 #include <map>
 #include <string>
 #include <thread>
@@ -11,6 +15,15 @@
 namespace ht::engine::runtime {
 
 namespace {
+// CPUs this process may run on (the affinity mask: a container's cpuset, taskset), which all
+// ranks' stream threads share; the twin models that sharing (platform key shared_cores).
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
 std::string describe(const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);
@@ -35,6 +48,7 @@ bool is_consequence(const std::exception_ptr& error) {
 CpuWorld::CpuWorld(CpuWorldOptions options)
     : options_(options),
       transport_(options.ranks, TransportOptions{options.link, options.timeout}) {
+  keep_freed_host_memory();
   auto on_error = [this](int rank, const char* stream) {
     return [this, rank, stream](const std::exception_ptr& error) {
       transport_.abort("rank " + std::to_string(rank) + " " + stream + " stream failed: " +
@@ -47,6 +61,10 @@ CpuWorld::CpuWorld(CpuWorldOptions options)
     comm_.push_back(std::make_unique<CpuStream>(r, kCommStream, &recorder_, on_error(r, "comm")));
   }
   recorder_.set_metadata("ranks", std::to_string(options_.ranks));
+  recorder_.set_metadata("host.cores", std::to_string(usable_cpus()));
+  // Whether every comm stream runs ahead of compute on the shared cores (platform comm_priority).
+  const bool realtime = std::all_of(comm_.begin(), comm_.end(), [](const auto& s) { return s->realtime(); });
+  recorder_.set_metadata("host.comm_priority", realtime ? "realtime" : "normal");
   std::map<std::string, std::string> link;
   options_.link.write_metadata(link);
   for (const auto& [k, v] : link) recorder_.set_metadata(k, v);

@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <map>
 #include <set>
 #include <string>
 #include <thread>
@@ -40,6 +41,9 @@ class CpuStream final : public Stream {
   int device() const override { return device_; }
   int id() const override { return id_; }
   const std::string& name() const { return name_; }
+  // A comm stream whose thread got real-time priority (cpu_stream.cpp says why); false for
+  // compute streams and where the OS refused.
+  bool realtime() const { return realtime_; }
 
   // Bookkeeping item for events: runs even after a failure and is told whether the stream has
   // failed; an exception it throws fails the stream like work does. Not measured.
@@ -67,6 +71,7 @@ class CpuStream final : public Stream {
   std::size_t unfinished_ = 0;  // enqueued and not yet finished
   bool stopping_ = false;
   std::exception_ptr error_;
+  bool realtime_ = false;
   std::thread thread_;  // last member: started after everything above is initialised
 };
 
@@ -90,6 +95,10 @@ class CpuEvent final : public Event {
     std::uint64_t recorded = 0;          // generations handed out by record()
     std::set<std::uint64_t> pending;     // recorded, not yet reached by their stream
     std::set<std::uint64_t> failed;      // reached by a stream that had failed
+    // Generations someone blocks on, with their waiter counts: a completing record wakes the
+    // waiters only when one waits for it. A blanket notify woke the comm thread (real-time, so it
+    // preempts the recorder) at every record of its chain, costing ~40 us per node.
+    std::map<std::uint64_t, int> waited;
     void wait_for(std::uint64_t generation, std::chrono::milliseconds timeout);
   };
   std::shared_ptr<State> state_;

@@ -21,6 +21,17 @@ struct WorkLabel {
 
 using Work = std::function<void()>;
 
+// Adds key = value to the arguments of the span the calling work item runs in (what only the
+// work knows: the rows its experts received, the bytes it sent to each peer), as a profiler's
+// record_function arguments. Outside labelled stream work it does nothing. The CPU streams also
+// add "cpu_us": the thread CPU time of the work, which excludes time spent descheduled, asleep
+// or waiting, so a calibration can tell work from contention (sim/calibrate.hpp).
+void annotate_span(const std::string& key, const std::string& value);
+// Adds key = the thread CPU time (us) the calling work item has used so far, unless the span has
+// the key already: the executor marks "pre_cpu_us" at a comm node's first collective, which
+// splits the node's host work into what delays its arrival and what follows the transfer.
+void mark_span_cpu(const std::string& key);
+
 // An in-order work queue. Work enqueued on one stream runs one item at a time, in enqueue order.
 // A throwing work item does not terminate anything: the first exception is kept, later work of
 // the stream is skipped (events recorded after it complete as failed, so nothing waits forever),

@@ -5,11 +5,17 @@
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "command.hpp"
 #include "ht/schedule/atomic_file.hpp"
+#include "ht/patterns/pattern.hpp"
+#include "ht/schedule/build.hpp"
+#include "ht/schedule/config.hpp"
 #include "ht/sim/calibrate.hpp"
+#include "ht/sim/platform.hpp"
+#include "ht/traces/overlap.hpp"
 #include "ht/traces/chrome.hpp"
 
 namespace ht::cli {
@@ -18,6 +24,7 @@ namespace {
 struct CalibrateArgs {
   std::string trace, output, model_out;
   bool json = false;
+  bool fit_wake = true;
 };
 
 std::string meta(const traces::Timeline& t, const std::string& key) {
@@ -25,9 +32,47 @@ std::string meta(const traces::Timeline& t, const std::string& key) {
   return it == t.metadata.end() ? "" : it->second;
 }
 
+int meta_int(const traces::Timeline& t, const std::string& key, int fallback) {
+  const std::string v = meta(t, key);
+  try {
+    return v.empty() ? fallback : std::stoi(v);
+  } catch (const std::logic_error&) {
+    throw UsageError("trace metadata " + key + " = '" + v + "' is not an integer");
+  }
+}
+
+// The plan the measured run executed, rebuilt from the trace metadata that `train --trace`
+// writes (pattern, model_dims, ep, pp, vpp, ranks, microbatches, overlap, delay_wgrad), or
+// nullopt when the trace does not say enough (an imported profile).
+std::optional<schedule::Plan> measured_plan(const traces::Timeline& t) {
+  const std::string pattern = meta(t, "pattern"), dims = meta(t, "model_dims");
+  if (pattern.empty() || dims.empty() || meta(t, "ep").empty() || meta(t, "microbatches").empty()) return std::nullopt;
+  schedule::ParallelConfig pc;
+  pc.ep = meta_int(t, "ep", 1);
+  pc.pp = meta_int(t, "pp", 1);
+  pc.vpp = meta_int(t, "vpp", 1);
+  if (pc.vpp <= 1 && pc.pp == 1) pc.vpp = 0;
+  pc.microbatches = meta_int(t, "microbatches", 1);
+  pc.dp = meta_int(t, "ranks", pc.ep * pc.pp) / std::max(1, pc.pp);
+  schedule::ScheduleOptions so;
+  so.overlap = meta(t, "overlap") == "true";
+  so.delay_wgrad = meta(t, "delay_wgrad") == "true";
+  schedule::Plan plan = schedule::build_plan(patterns::parse(pattern), schedule::model_dims_from_json(dims), pc, so);
+  if (!meta(t, "schedule").empty() && plan.schedule != meta(t, "schedule")) return std::nullopt;
+  return plan;
+}
+
 int run(const CalibrateArgs& a) {
   const traces::Timeline t = traces::read_chrome_trace(a.trace);
-  const sim::Calibration c = sim::calibrate(t);
+  sim::Calibration c = sim::calibrate(t);
+  // The wake-up latency that makes the twin replay the measured run in its measured step time.
+  double replayed_s = 0, median_gap_s = c.costs.wake_latency_s;
+  std::optional<schedule::Plan> plan;
+  if (a.fit_wake) plan = measured_plan(t);
+  if (plan) {
+    c.costs.wake_latency_s =
+        sim::fit_wake_latency(*plan, sim::parse_platform(c.platform), c.costs, traces::summarize(t).span_s, &replayed_s);
+  }
   if (!a.output.empty()) sim::save_calibration(c, a.output);
   const std::string dims = meta(t, "model_dims");
   if (!a.model_out.empty()) {
@@ -42,7 +87,14 @@ int run(const CalibrateArgs& a) {
             << (c.schedule.empty() ? "" : ", " + c.schedule) << ")\n"
             << "platform     " << c.platform << "\n"
             << "comm extra   " << std::fixed << std::setprecision(1) << c.costs.comm_launch_s * 1e6
-            << " us per all-to-all (mean over " << c.comm_samples << " collectives)\n\n"
+            << " us per all-to-all (mean over " << c.comm_samples << " collectives)\n"
+            << "wake latency " << c.costs.wake_latency_s * 1e6 << " us";
+  if (plan)
+    std::cout << " (fitted: the twin replays the measured " << traces::summarize(t).span_s * 1e3 << " ms step in "
+              << replayed_s * 1e3 << " ms; median measured hand-off " << median_gap_s * 1e6 << " us)";
+  else
+    std::cout << " (median measured hand-off; the trace does not name its plan)";
+  std::cout << "\n\n"
             << std::left << std::setw(34) << "node type" << std::right << std::setw(8) << "samples" << std::setw(12)
             << "mean us" << std::setw(12) << "min us" << std::setw(12) << "max us" << "\n";
   for (const auto& r : c.rows)
@@ -69,6 +121,9 @@ const Registration reg{{"calibrate",
                           sub.add_option("--model-out", a->model_out,
                                          "write the model dimensions recorded in the trace (for simulate --model)");
                           sub.add_flag("--json", a->json, "print the fitted cost model JSON");
+                          sub.add_flag("!--no-fit-wake", a->fit_wake,
+                                       "keep the median measured hand-off as the wake-up latency instead of fitting "
+                                       "it by replaying the measured plan");
                           return [a] { return run(*a); };
                         },
                         55}};

@@ -31,18 +31,48 @@ double number_field(const nlohmann::json& j, std::string_view key) {
 
 }  // namespace
 
-const double* CostModel::measured_for(const schedule::Node& node) const {
-  if (measured_s.empty()) return nullptr;
+namespace {
+// The measured_s entry of a node (most specific key first), or end().
+auto measured_entry(const std::map<std::string, double, std::less<>>& table, const schedule::Node& node) {
+  if (table.empty()) return table.end();
   const std::string slot(schedule::to_string(node.slot));
   const std::string phase(schedule::to_string(node.phase));
   for (const std::string& key : {slot + "/" + phase + "/" + node.symbols, slot + "/" + phase, slot}) {
-    if (auto it = measured_s.find(key); it != measured_s.end()) return &it->second;
+    if (auto it = table.find(key); it != table.end()) return it;
   }
-  return nullptr;
+  return table.end();
+}
+}  // namespace
+
+const double* CostModel::measured_for(const schedule::Node& node) const {
+  const auto it = measured_entry(measured_s, node);
+  return it == measured_s.end() ? nullptr : &it->second;
+}
+
+CommWork CostModel::comm_work(const schedule::Node& node) const {
+  if (comm_work_s.empty()) return {};
+  const auto it = comm_work_s.find(std::string(schedule::to_string(node.slot)) + "/" +
+                                   std::string(schedule::to_string(node.phase)));
+  return it == comm_work_s.end() ? CommWork{} : it->second;
+}
+
+std::string CostModel::instance_key(const schedule::Node& node) {
+  return std::to_string(node.rank) + "/" + node.label();
+}
+
+const MeasuredInstance* CostModel::instance_for(const schedule::Node& node) const {
+  if (instances.empty()) return nullptr;
+  const auto it = instances.find(instance_key(node));
+  return it == instances.end() ? nullptr : &it->second;
 }
 
 double CostModel::compute_seconds(const schedule::Node& node, const GpuSpec& gpu) const {
-  if (const double* m = measured_for(node)) return *m;
+  if (const auto it = measured_entry(measured_s, node); it != measured_s.end()) {
+    const auto scale = row_scaling.find(it->first);
+    const MeasuredInstance* inst = scale == row_scaling.end() ? nullptr : instance_for(node);
+    if (inst == nullptr || inst->rows < 0) return it->second;
+    return std::max(0.0, it->second + scale->second.per_row_s * (inst->rows - scale->second.mean_rows));
+  }
   if (node.flops <= 0 && node.mem_bytes <= 0) return 0;  // an empty slot launches nothing
   const double math = node.flops / (gpu.peak_flops * gpu.flops_efficiency);
   const double memory = node.mem_bytes / (gpu.hbm_bytes_per_s * gpu.hbm_efficiency);
@@ -57,9 +87,10 @@ void set_cost_key(CostModel& model, std::string_view key, std::string_view value
   if (key == "launch_overhead_us") model.launch_overhead_s = checked(key, v, 0) * 1e-6;
   else if (key == "comm_launch_us") model.comm_launch_s = checked(key, v, 0) * 1e-6;
   else if (key == "interference_factor") model.interference_factor = checked(key, v, 1);
+  else if (key == "wake_latency_us") model.wake_latency_s = checked(key, v, 0) * 1e-6;
   else
     fail("unknown cost key '" + std::string(key) +
-         "' (known: launch_overhead_us, comm_launch_us, interference_factor)");
+         "' (known: launch_overhead_us, comm_launch_us, interference_factor, wake_latency_us)");
 }
 
 CostModel parse_costs_json(std::string_view json_text, CostModel base) {
@@ -71,7 +102,8 @@ CostModel parse_costs_json(std::string_view json_text, CostModel base) {
   }
   if (!j.is_object()) fail("the cost file must hold a JSON object");
   for (const auto& [key, value] : j.items()) {
-    if (key == "launch_overhead_us" || key == "comm_launch_us" || key == "interference_factor") {
+    if (key == "launch_overhead_us" || key == "comm_launch_us" || key == "interference_factor" ||
+        key == "wake_latency_us") {
       std::ostringstream text;
       text.precision(17);
       text << number_field(value, key);
@@ -80,8 +112,61 @@ CostModel parse_costs_json(std::string_view json_text, CostModel base) {
       if (!value.is_object()) fail("'durations_us' must map \"slot[/phase[/symbols]]\" to microseconds");
       for (const auto& [node_kind, us] : value.items())
         base.measured_s[node_kind] = checked(node_kind, number_field(us, node_kind), 0) * 1e-6;
+    } else if (key == "comm_work_us") {
+      if (!value.is_object())
+        fail("'comm_work_us' must map \"slot/phase\" to microseconds or {\"before\": us, \"after\": us}");
+      for (const auto& [node_kind, w] : value.items()) {
+        CommWork work;
+        if (w.is_number()) {
+          work.after_s = checked(node_kind, number_field(w, node_kind), 0) * 1e-6;
+        } else if (w.is_object()) {
+          for (const auto& [part, us] : w.items()) {
+            const double v = checked(node_kind + "." + part, number_field(us, node_kind + "." + part), 0) * 1e-6;
+            if (part == "before") work.before_s = v;
+            else if (part == "after") work.after_s = v;
+            else fail("'comm_work_us' entry '" + node_kind + "': unknown part '" + part + "' (before, after)");
+          }
+        } else {
+          fail("'comm_work_us' entry '" + node_kind + "' must be a number or {\"before\": us, \"after\": us}");
+        }
+        base.comm_work_s[node_kind] = work;
+      }
+    } else if (key == "rows_us") {
+      if (!value.is_object()) fail("'rows_us' must map \"slot[/phase[/symbols]]\" to {per_row_us, mean_rows}");
+      for (const auto& [node_kind, r] : value.items()) {
+        if (!r.is_object() || !r.contains("per_row_us") || !r.contains("mean_rows"))
+          fail("'rows_us' entry '" + node_kind + "' must be {\"per_row_us\": .., \"mean_rows\": ..}");
+        base.row_scaling[node_kind] = {number_field(r["per_row_us"], node_kind + ".per_row_us") * 1e-6,
+                                       checked(node_kind, number_field(r["mean_rows"], node_kind + ".mean_rows"), 0)};
+      }
+    } else if (key == "instances") {
+      if (!value.is_object()) fail("'instances' must map \"<rank>/<node label>\" to {rows, sent_bytes}");
+      for (const auto& [name, v] : value.items()) {
+        if (!v.is_object()) fail("instance '" + name + "' must be an object");
+        MeasuredInstance inst;
+        for (const auto& [field, x] : v.items()) {
+          if (field == "rows") {
+            inst.rows = static_cast<int>(checked(name + ".rows", number_field(x, name + ".rows"), 0));
+          } else if (field == "sent_bytes") {
+            if (!x.is_object()) fail("instance '" + name + "': 'sent_bytes' must map peer rank to bytes");
+            inst.has_sends = true;
+            for (const auto& [peer, bytes] : x.items()) {
+              int rank = -1;
+              auto [end, ec] = std::from_chars(peer.data(), peer.data() + peer.size(), rank);
+              if (ec != std::errc() || end != peer.data() + peer.size() || rank < 0)
+                fail("instance '" + name + "': peer '" + peer + "' is not a rank");
+              inst.sends.push_back({rank, checked(name + ".sent_bytes", number_field(bytes, name + ".sent_bytes"), 0)});
+            }
+          } else {
+            fail("instance '" + name + "': unknown field '" + field + "' (known: rows, sent_bytes)");
+          }
+        }
+        base.instances[name] = std::move(inst);
+      }
     } else if (key.empty() || key.front() != '_') {  // "_comment" and friends are allowed
-      fail("unknown field '" + key + "' (known: launch_overhead_us, comm_launch_us, interference_factor, durations_us)");
+      fail("unknown field '" + key +
+           "' (known: launch_overhead_us, comm_launch_us, interference_factor, wake_latency_us, durations_us, "
+           "comm_work_us, rows_us, instances)");
     }
   }
   return base;

@@ -78,6 +78,9 @@ const std::map<std::string, Setter, std::less<>>& setters() {
          s.oversubscription = parse_number(k, v);
          if (s.oversubscription < 1) fail("'oversubscription' must be >= 1, got " + std::string(v));
        }},
+      {"nvlink_ingress", [](PlatformSpec& s, auto k, auto v) { s.nvlink_ingress = count(k, v, 0) != 0; }},
+      {"host_cores", [](PlatformSpec& s, auto k, auto v) { s.host_cores = count(k, v, 0); }},
+      {"comm_priority", [](PlatformSpec& s, auto k, auto v) { s.comm_priority = count(k, v, 0) != 0; }},
       {"peak_tflops", [](PlatformSpec& s, auto k, auto v) { s.gpu.peak_flops = positive(k, v) * 1e12; }},
       {"flops_efficiency", [](PlatformSpec& s, auto k, auto v) { s.gpu.flops_efficiency = fraction(k, v); }},
       {"hbm_tbps", [](PlatformSpec& s, auto k, auto v) { s.gpu.hbm_bytes_per_s = positive(k, v) * 1e12; }},
@@ -88,7 +91,7 @@ const std::map<std::string, Setter, std::less<>>& setters() {
 
 }  // namespace
 
-std::vector<std::string> preset_names() { return {"dgx-h100", "dgx-h200"}; }
+std::vector<std::string> preset_names() { return {"dgx-h100", "dgx-h200", "cpu-ranks"}; }
 
 std::vector<std::string> platform_keys() {
   std::vector<std::string> keys;
@@ -106,6 +109,16 @@ PlatformSpec preset(std::string_view name) {
     // Same Hopper die and NVLink 4 / NDR fabric; only the memory system differs (141 GB HBM3e).
     s.name = "dgx-h200";
     s.gpu.hbm_bytes_per_s = 4.8e12;
+    return s;
+  }
+  if (name == "cpu-ranks") {
+    // The CPU backend on one machine: no NVSwitch port limit on the receive side, the throttle's
+    // nominal rate is what a message gets, and one host (node) holds every rank.
+    s.name = "cpu-ranks";
+    s.gpus_per_node = 1024;
+    s.nvlink_efficiency = 1;
+    s.nvlink_ingress = false;
+    s.host_cores = 1;
     return s;
   }
   std::string known;
@@ -178,7 +191,11 @@ std::string describe(const PlatformSpec& s) {
       << ", latency " << s.nvlink_latency_s * 1e6 << " us\n"
       << "  ib_gbps " << s.nic_bytes_per_s * 8 / 1e9 << " Gb/s/dir/GPU x efficiency " << s.nic_efficiency
       << ", latency " << s.nic_latency_s * 1e6 << " us, oversubscription " << s.oversubscription << "\n";
+    if (!s.nvlink_ingress) o << "  nvlink_ingress 0: receivers are not limited\n";
   }
+  if (s.host_cores > 0)
+    o << "  host_cores " << s.host_cores << ": all ranks' compute shares these CPU cores"
+      << (s.comm_priority ? ", comm-stream work first" : ", comm-stream work shares equally") << "\n";
   o << "  peak_tflops " << s.gpu.peak_flops / 1e12 << " x efficiency " << s.gpu.flops_efficiency
     << ", hbm_tbps " << s.gpu.hbm_bytes_per_s / 1e12 << " x efficiency " << s.gpu.hbm_efficiency << "\n";
   return o.str();

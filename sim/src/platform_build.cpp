@@ -52,6 +52,9 @@ std::vector<std::string> engine_args() {
 
 std::vector<sg4::Host*> build_platform(sg4::Engine& engine, const PlatformSpec& spec, int world) {
   std::vector<sg4::Host*> hosts;
+  if (!spec.xml_file.empty() && spec.host_cores > 0)
+    throw SimError(SimErrorCode::BadPlatform, "host_cores models the CPU backend on a preset platform, not on '" +
+                                                  spec.xml_file + "'");
   if (!spec.xml_file.empty()) {
     try {
       engine.load_platform(spec.xml_file);
@@ -86,8 +89,10 @@ std::vector<sg4::Host*> build_platform(sg4::Engine& engine, const PlatformSpec& 
     for (int g = 0; g < spec.gpus_per_node; ++g) {
       const std::string gpu = "gpu" + std::to_string(n * spec.gpus_per_node + g);
       local.push_back(zone->create_host(gpu, kHostSpeed));
+      // A GPU-to-GPU route crosses two ports (or only the sender's when ingress is free), so
+      // each carries its share of the end-to-end latency.
       nvl.push_back(zone->create_split_duplex_link(gpu + "-nvlink", nvl_bw)
-                        ->set_latency(spec.nvlink_latency_s / 2)
+                        ->set_latency(spec.nvlink_ingress ? spec.nvlink_latency_s / 2 : spec.nvlink_latency_s)
                         ->seal());
       nic.push_back(zone->create_split_duplex_link(gpu + "-nic", nic_bw)
                         ->set_latency(spec.nic_latency_s / 2)
@@ -96,14 +101,23 @@ std::vector<sg4::Host*> build_platform(sg4::Engine& engine, const PlatformSpec& 
     for (int a = 0; a < spec.gpus_per_node; ++a) {
       for (int b = 0; b < spec.gpus_per_node; ++b) {
         if (a == b) continue;
-        zone->add_route(local[a]->get_netpoint(), local[b]->get_netpoint(), nullptr, nullptr,
-                        {sg4::LinkInRoute(nvl[a], Dir::UP), sg4::LinkInRoute(nvl[b], Dir::DOWN)}, false);
+        if (spec.nvlink_ingress)
+          zone->add_route(local[a]->get_netpoint(), local[b]->get_netpoint(), nullptr, nullptr,
+                          {sg4::LinkInRoute(nvl[a], Dir::UP), sg4::LinkInRoute(nvl[b], Dir::DOWN)}, false);
+        else  // only the sender's port limits the transfer (the engine's throttle)
+          zone->add_route(local[a]->get_netpoint(), local[b]->get_netpoint(), nullptr, nullptr,
+                          {sg4::LinkInRoute(nvl[a], Dir::UP)}, false);
       }
       zone->add_route(local[a]->get_netpoint(), gateway, nullptr, nullptr, {sg4::LinkInRoute(nic[a], Dir::UP)},
                       false);
       zone->add_route(gateway, local[a]->get_netpoint(), nullptr, nullptr, {sg4::LinkInRoute(nic[a], Dir::DOWN)},
                       false);
     }
+    // The CPU backend's shared cores (PlatformSpec::host_cores): one multi-core host that runs
+    // every rank's compute; SimGrid shares its cores max-min fairly among the running
+    // executions, each capped at one core, as the OS scheduler shares them among rank threads.
+    if (n == 0 && spec.host_cores > 0)
+      zone->create_host(kSharedCpuHost, kHostSpeed)->set_core_count(spec.host_cores)->seal();
     zone->seal();
     const sg4::Link* leaf = fabric->create_split_duplex_link(node + "-leaf", leaf_bw)->set_latency(0)->seal();
     fabric->add_route(zone->get_netpoint(), nullptr, gateway, gateway, {sg4::LinkInRoute(leaf, Dir::UP)}, false);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include <simgrid/s4u/Activity.hpp>
 #include <simgrid/s4u/Actor.hpp>
@@ -69,6 +70,7 @@ struct ReplayState {
   const CostModel& costs;
   const ReplayOptions& options;
   std::vector<sg4::Host*> hosts;
+  sg4::Host* shared_cpu = nullptr;  // PlatformSpec::host_cores: where all compute runs
   double origin_s = 0;
 
   std::vector<std::uint8_t> done;
@@ -93,6 +95,10 @@ struct ReplayState {
   double now() const { return sg4::Engine::get_clock(); }
 
   void block(int actor) { wake[actor]->acquire(); }
+  // A stream that was blocked runs again CostModel::wake_latency_s after its wake-up.
+  void resume() const {
+    if (costs.wake_latency_s > 0) sg4::this_actor::sleep_for(costs.wake_latency_s);
+  }
 
   void wait_for(int actor, int node) {
     while (!done[node]) {
@@ -257,6 +263,18 @@ struct ReplayState {
     }
   }
 
+  // The forward dispatch's count round (kDispatchCountBytes), then a wake-up before the payload.
+  void exchange_counts(const Node& node, const schedule::Collective& c) {
+    std::vector<sg4::CommPtr> comms;
+    for (int m : c.nodes)
+      if (m != node.id) comms.push_back(sg4::Comm::sendto_async(hosts[node.rank], hosts[plan.nodes[m].rank],
+                                                   static_cast<std::uint64_t>(kDispatchCountBytes)));
+    activities += static_cast<std::int64_t>(comms.size());
+    flows_started += static_cast<std::int64_t>(comms.size());
+    sg4::Comm::wait_all(comms);
+    resume();
+  }
+
   sg4::ExecPtr start_interference() const {
     if (costs.interference_factor <= 1) return nullptr;
     // A background execution with weight f-1 next to a compute execution of weight 1 leaves the
@@ -267,12 +285,44 @@ struct ReplayState {
     return noise;
   }
 
+  // `seconds` of work on one processor: the GPU of the calling stream, or one core of the shared
+  // CPU host, whose cores every rank's running work divides among itself.
+  void execute(double seconds) const {
+    if (shared_cpu == nullptr) {
+      sg4::this_actor::execute(seconds * sg4::this_actor::get_host()->get_speed());
+      return;
+    }
+    sg4::ExecPtr work = sg4::this_actor::exec_init(seconds * shared_cpu->get_speed());
+    work->set_host(shared_cpu);
+    work->start();
+    work->wait();
+  }
+
   void run_compute(const Node& node) {
     const double seconds = costs.compute_seconds(node, platform.gpu);
     if (seconds <= 0) return;
     ++activities;
-    sg4::this_actor::execute(seconds * sg4::this_actor::get_host()->get_speed());
+    execute(seconds);
   }
+
+  // The host-side work of a comm node (copies, launches): a pause for a GPU, CPU work when the
+  // ranks share a CPU host (the CPU backend's comm stream copies on the same cores).
+  // On the shared cores, comm-stream work has priority over compute when the platform says so
+  // (comm_priority: the CPU backend's real-time comm threads, like Megatron's high-priority comm
+  // stream): weight 1e3 against 1 takes a whole core from the compute sharing it.
+  void host_work(double seconds) const {
+    if (seconds <= 0) return;
+    if (shared_cpu == nullptr) {
+      sg4::this_actor::sleep_for(seconds);
+      return;
+    }
+    sg4::ExecPtr work = sg4::this_actor::exec_init(seconds * shared_cpu->get_speed());
+    work->set_host(shared_cpu);
+    if (platform.comm_priority) work->set_priority(1e3);
+    work->start();
+    work->wait();
+  }
+  void comm_host_work() const { host_work(costs.comm_launch_s); }
 
   void run_comm(int actor, const Node& node) {
     if (node.collective >= 0 && plan.collectives[node.collective].kind == CollectiveKind::PointToPoint &&
@@ -286,7 +336,8 @@ struct ReplayState {
     const bool eager = node.collective < 0 || plan.collectives[node.collective].kind == CollectiveKind::PointToPoint;
     if (eager) {
       if (node.sends.empty()) return;
-      if (costs.comm_launch_s > 0) sg4::this_actor::sleep_for(costs.comm_launch_s);
+      comm_host_work();
+      host_work(costs.comm_work(node).before_s);
       std::vector<sg4::CommPtr> comms;
       for (std::size_t i = 0; i < node.sends.size(); ++i) {
         const auto& t = node.sends[i];
@@ -298,9 +349,11 @@ struct ReplayState {
       auto noise = comms.empty() ? nullptr : start_interference();
       sg4::Comm::wait_all(comms);
       if (noise) noise->cancel();
+      host_work(costs.comm_work(node).after_s);
       return;
     }
-    if (costs.comm_launch_s > 0) sg4::this_actor::sleep_for(costs.comm_launch_s);
+    comm_host_work();
+    host_work(costs.comm_work(node).before_s);
     const int cid = node.collective;
     CollectiveState& cs = collectives[cid];
     const auto& c = plan.collectives[cid];
@@ -310,9 +363,13 @@ struct ReplayState {
       blocked_on[actor] = node.id;
       block(actor);
       blocked_on[actor] = -1;
+      resume();
     } else {
       release_collective(cid);
     }
+    if (node.slot == schedule::Slot::Dispatch && node.phase == schedule::Phase::Forward &&
+        c.kind == CollectiveKind::AllToAll)
+      exchange_counts(node, c);
     const int me = member_index[node.id];
     const auto first = cs.flows.begin() + cs.offsets[me];
     const auto last = cs.flows.begin() + cs.offsets[me + 1];
@@ -323,25 +380,32 @@ struct ReplayState {
       blocked_on[actor] = node.id;
       block(actor);
       blocked_on[actor] = -1;
+      resume();
     }
     if (noise) noise->cancel();
     if (++cs.finished == static_cast<int>(c.nodes.size())) {
       cs.flows = {};
       cs.offsets = {};
     }
+    host_work(costs.comm_work(node).after_s);
   }
 
   void run_stream(int actor, const std::vector<int>& nodes) {
     for (int n : nodes) {
       const Node& node = plan.nodes[n];
+      bool blocked = false;
       for (int d : node.deps) {
         // A dependency on a member of the node's own all-to-all or all-reduce is the rendezvous
         // itself, not an ordering edge (waiting for it first would deadlock).
         if (node.collective >= 0 && plan.nodes[d].collective == node.collective &&
             plan.collectives[node.collective].kind != CollectiveKind::PointToPoint)
           continue;
-        wait_for(actor, d);
+        if (!done[d]) {
+          blocked = true;
+          wait_for(actor, d);
+        }
       }
+      if (blocked) resume();
       start[n] = now();
       if (node.stream == Stream::Compute) run_compute(node);
       else run_comm(actor, node);
@@ -376,6 +440,27 @@ std::string deadlock_message(const ReplayState& st) {
   return msg;
 }
 
+// The plan with the transfers a measured run recorded (CostModel::instances) in place of the
+// builder's estimate, so that a replay of another schedule of the same run carries the measured
+// routing. Returns nullopt when no instance has transfers.
+std::optional<Plan> with_measured_sends(const Plan& plan, const CostModel& costs) {
+  if (std::none_of(costs.instances.begin(), costs.instances.end(), [](const auto& kv) { return kv.second.has_sends; }))
+    return std::nullopt;
+  Plan out = plan;
+  for (Node& node : out.nodes) {
+    if (node.stream != Stream::Comm || node.sends.empty()) continue;
+    const MeasuredInstance* inst = costs.instance_for(node);
+    if (inst == nullptr || !inst->has_sends) continue;
+    for (const auto& t : inst->sends)
+      if (t.peer < 0 || t.peer >= out.global_ranks())
+        throw SimError(SimErrorCode::BadCosts, "instance '" + CostModel::instance_key(node) + "' sends to rank " +
+                                                   std::to_string(t.peer) + " of a plan with " +
+                                                   std::to_string(out.global_ranks()));
+    node.sends = inst->sends;
+  }
+  return out;
+}
+
 }  // namespace
 
 namespace detail {
@@ -398,6 +483,7 @@ RawReplay simulate(const Plan& plan, const PlatformSpec& platform, const CostMod
 
     ReplayState st(plan, platform, costs, options);
     st.hosts = build_platform(engine, platform, world);
+    if (platform.host_cores > 0) st.shared_cpu = engine.host_by_name_or_null(kSharedCpuHost);
     const std::size_t n_nodes = plan.nodes.size();
     st.done.assign(n_nodes, 0);
     st.start.assign(n_nodes, -1);
@@ -460,9 +546,11 @@ RawReplay simulate(const Plan& plan, const PlatformSpec& platform, const CostMod
 
 }  // namespace detail
 
-SimResult replay(const Plan& plan, const PlatformSpec& platform_in, const CostModel& costs,
+SimResult replay(const Plan& plan_in, const PlatformSpec& platform_in, const CostModel& costs,
                  const ReplayOptions& options) {
-  validate_plan(plan);
+  validate_plan(plan_in);
+  const std::optional<Plan> measured = with_measured_sends(plan_in, costs);
+  const Plan& plan = measured ? *measured : plan_in;
   const int world = static_cast<int>(plan.ranks.size());
   const PlatformSpec platform = sized_for(platform_in, world);
   detail::RawReplay raw = options.isolate ? detail::simulate_isolated(plan, platform, costs, options)

@@ -18,6 +18,9 @@ namespace ht::sim::detail {
 // of stream actors, thread contexts under ASan. Starts with a program name.
 std::vector<std::string> engine_args();
 
+// Name of the multi-core host that PlatformSpec::host_cores adds (absent when host_cores is 0).
+inline constexpr const char* kSharedCpuHost = "host-cpu";
+
 // hosts[k] runs global rank k; throws SimError(BadPlatform) if the platform has fewer than
 // `world` GPUs or an XML file misses a "gpuK" host.
 std::vector<simgrid::s4u::Host*> build_platform(simgrid::s4u::Engine& engine, const PlatformSpec& spec,

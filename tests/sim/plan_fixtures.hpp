@@ -50,9 +50,11 @@ class PlanBuilder {
   }
 
   // One all-to-all over `ranks`: bytes[i][j] from ranks[i] to ranks[j]; deps[i] for member i.
+  // A combine by default: one payload round. A forward dispatch first exchanges the per-expert
+  // counts (replay.hpp, kDispatchCountBytes), which its own closed-form test covers.
   std::vector<int> all_to_all(const std::vector<int>& ranks, const std::vector<std::vector<double>>& bytes,
                               const std::vector<std::vector<int>>& deps = {}, int mb = 0,
-                              Slot slot = Slot::Dispatch) {
+                              Slot slot = Slot::Combine) {
     std::vector<int> ids;
     for (std::size_t i = 0; i < ranks.size(); ++i) {
       std::vector<schedule::Transfer> sends;
@@ -68,7 +70,7 @@ class PlanBuilder {
   // Uniform all-to-all: every member sends `bytes_per_peer` to every other member.
   std::vector<int> uniform_a2a(const std::vector<int>& ranks, double bytes_per_peer,
                                const std::vector<std::vector<int>>& deps = {}, int mb = 0,
-                               Slot slot = Slot::Dispatch) {
+                               Slot slot = Slot::Combine) {
     std::vector<std::vector<double>> m(ranks.size(), std::vector<double>(ranks.size(), bytes_per_peer));
     return all_to_all(ranks, m, deps, mb, slot);
   }

@@ -27,6 +27,18 @@ TEST_CASE("one all-to-all between two GPUs takes latency + bytes / bandwidth", "
   CHECK(r.summary.flows == 2);
 }
 
+TEST_CASE("a forward dispatch exchanges the counts first: two latencies, then the payload", "[sim][closed-form]") {
+  PlanBuilder b(2);
+  const double bytes = 3e9;
+  b.uniform_a2a({0, 1}, bytes, {}, 0, ht::schedule::Slot::Dispatch);
+  auto platform = exact_platform(1, 2);
+  auto r = replay(b.plan(), platform, exact_costs());
+  const double counts = platform.nvlink_latency_s + kDispatchCountBytes / platform.nvlink_bytes_per_s;
+  const double payload = platform.nvlink_latency_s + bytes / platform.nvlink_bytes_per_s;
+  CHECK(r.summary.step_time_s == Approx(counts + payload).epsilon(0).margin(kTol));
+  CHECK(r.summary.flows == 4);
+}
+
 TEST_CASE("the same all-to-all across two nodes runs at the NIC rate", "[sim][closed-form]") {
   PlanBuilder b(2);
   const double bytes = 1e9;

@@ -5,40 +5,88 @@
 //      "slot/phase/symbols", "slot/phase" or "slot" (first match wins), e.g. "mlp/backward/E";
 //   2. an analytic roofline: max(flops / (peak * eff), mem_bytes / (hbm * eff)) + launch overhead.
 //
+// A measured run adds what the plan cannot know (calibrate.hpp): how much of the table entry
+// scales with the rows a node processes (the experts' share of the routed tokens), and, per node
+// instance of that run, its rows and the bytes it sent to each peer. A plan of the same model,
+// data and EP size routes the same tokens (the math is bitwise the same under every schedule), so
+// the twin replays another schedule of it with the measured routing; other plans get the means.
+//
 // JSON form (every field optional):
-//   { "launch_overhead_us": 4, "comm_launch_us": 0, "interference_factor": 1.15,
-//     "durations_us": { "mlp/backward/E": 850.5, "pre_dispatch/forward": 310, "post_process": 90 } }
-// Slot and phase names are schedule::to_string(Slot) / to_string(Phase).
+//   { "launch_overhead_us": 4, "comm_launch_us": 0, "interference_factor": 1.15, "wake_latency_us": 90,
+//     "durations_us": { "mlp/backward/E": 850.5, "pre_dispatch/forward": 310, "post_process": 90 },
+//     "comm_work_us": { "combine/forward": { "before": 90, "after": 520 }, "dispatch/backward": 130 },
+//     "rows_us": { "mlp/backward/E": { "per_row_us": 2.1, "mean_rows": 405 } },
+//     "instances": { "3/F mb2 L1 mlp": { "rows": 412 },
+//                    "3/F mb2 L1 dispatch": { "sent_bytes": { "0": 65536, "1": 0, "2": 131072 } } } }
+// Slot and phase names are schedule::to_string(Slot) / to_string(Phase); an instance is
+// "<global rank>/<node label>".
 #pragma once
 
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ht/schedule/plan.hpp"
 #include "ht/sim/platform.hpp"
 
 namespace ht::sim {
 
+// Duration = table entry + per_row_s x (rows - mean_rows) for a node whose rows are known.
+struct RowScaling {
+  double per_row_s = 0;
+  double mean_rows = 0;
+  bool operator==(const RowScaling&) const = default;
+};
+
+struct CommWork {
+  double before_s = 0, after_s = 0;
+  bool operator==(const CommWork&) const = default;
+};
+
+// What one node of a measured run did.
+struct MeasuredInstance {
+  int rows = -1;                          // rows its experts processed; -1 unknown
+  bool has_sends = false;
+  std::vector<schedule::Transfer> sends;  // bytes to each peer (global rank), when has_sends
+  bool operator==(const MeasuredInstance&) const = default;
+};
+
 struct CostModel {
   double launch_overhead_s = 4e-6;  // per compute node (kernel launches of one slot)
-  double comm_launch_s = 0;         // added to every non-empty communication node
+  double comm_launch_s = 0;         // added to every non-empty communication node, before it starts
+  // Host work of a communication node by "slot/phase" (e.g. "combine/forward"): before its
+  // transfers (packing send buffers, the combine backward's local part), which delays its
+  // arrival at the rendezvous, and after them (unpacking received rows, the combine's unpermute
+  // and residual add). A pause on a GPU, CPU work on the shared cores of the CPU backend
+  // (PlatformSpec::host_cores).
+  std::map<std::string, CommWork, std::less<>> comm_work_s;
   // Slowdown of compute while a communication of the same GPU is in flight (SM and HBM sharing
   // with NCCL kernels; simulators.md 1.3). 1 = off. Compute runs at 1/factor of its speed then.
   double interference_factor = 1.0;
+  // Time a stream that blocked (on another node, a rendezvous or incoming data) takes to run
+  // again once unblocked: the wake-up of a sleeping thread (CPU backend) or of a waiting kernel.
+  double wake_latency_s = 0;
   std::map<std::string, double, std::less<>> measured_s;  // key -> seconds (table above)
+  std::map<std::string, RowScaling, std::less<>> row_scaling;      // same keys as measured_s
+  std::map<std::string, MeasuredInstance, std::less<>> instances;  // instance_key -> measured
   bool operator==(const CostModel&) const = default;
 
-  // Seconds of a compute node on `gpu` (table first, else roofline).
+  // Seconds of a compute node on `gpu` (table first, scaled by its measured rows, else roofline).
   double compute_seconds(const schedule::Node& node, const GpuSpec& gpu) const;
   // The table entry used for `node`, or nullptr when the roofline applies.
   const double* measured_for(const schedule::Node& node) const;
+  // comm_work_s of a comm node (zeros when the table has no entry for its slot/phase).
+  CommWork comm_work(const schedule::Node& node) const;
+  // The measured instance of `node`, or nullptr.
+  const MeasuredInstance* instance_for(const schedule::Node& node) const;
+  static std::string instance_key(const schedule::Node& node);  // "<rank>/<label>"
 };
 
 // Parses the JSON form; throws SimError(BadCosts) with the offending field.
 CostModel parse_costs_json(std::string_view json_text, CostModel base = {});
 CostModel load_costs_file(const std::string& path, CostModel base = {});
-// Applies "key=value" (launch_overhead_us, comm_launch_us, interference_factor).
+// Applies "key=value" (launch_overhead_us, comm_launch_us, interference_factor, wake_latency_us).
 void set_cost_key(CostModel& model, std::string_view key, std::string_view value);
 
 }  // namespace ht::sim

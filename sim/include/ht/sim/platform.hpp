@@ -12,6 +12,17 @@
 //   peak_tflops        dense bf16 peak in TFLOP/s;  hbm_tbps  HBM bandwidth in TB/s
 //   oversubscription   fat-tree leaf oversubscription (1 = full bisection)
 //   nodes, gpus_per_node  cluster size; nodes = 0 means "as many as the plan needs"
+//   nvlink_ingress     1: a GPU's NVLink port caps what it receives as well as what it sends;
+//                      0: only senders are limited (the engine's in-process link throttle)
+//   host_cores         0: every GPU computes on its own; n > 0: the compute of all ranks and the
+//                      host work of their comm streams share n CPU cores, each node using at
+//                      most one (the CPU backend, whose rank threads share the machine's cores)
+//   comm_priority      with host_cores: 1 = comm-stream work runs ahead of compute on the shared
+//                      cores (the engine's real-time comm threads), 0 = they share equally
+//
+// Preset "cpu-ranks" describes the engine's CPU backend for `hybrid-twin calibrate`: ranks are
+// threads on one host, links are the throttle (nvlink_* keys: bandwidth and latency per message,
+// efficiency 1, receive side free), and host_cores is the number of CPUs the run could use.
 //
 // XML platforms: the file provides the network only. Its hosts must be named gpu0 .. gpu<N-1>
 // (global rank k runs on host "gpuk"); host speeds and links are used as written, so write them
@@ -47,6 +58,9 @@ struct PlatformSpec {
   double nic_efficiency = 0.9;
   double nic_latency_s = 5e-6;
   double oversubscription = 1.0;
+  bool nvlink_ingress = true;
+  int host_cores = 0;
+  bool comm_priority = true;
   GpuSpec gpu;
   bool operator==(const PlatformSpec&) const = default;
 

@@ -47,6 +47,11 @@
 
 namespace ht::sim {
 
+// A forward dispatch first tells every peer how many rows it will receive (Megatron's all-to-all
+// dispatcher exchanges tokens_per_expert before the tokens; so does the engine): one message of
+// this size to each peer, a round of link latency before the payload.
+inline constexpr double kDispatchCountBytes = 64;
+
 enum class A2aModel { Auto, Pairwise, Aggregated };
 std::string_view to_string(A2aModel m);
 A2aModel parse_a2a_model(std::string_view text);  // "auto" | "pairwise" | "aggregated"

@@ -7,16 +7,21 @@
 #include <rapidcheck/catch.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <set>
 #include <stdexcept>
 
 #include "ht/engine/exec/executor.hpp"
 #include "ht/engine/model.hpp"
+#include "ht/engine/optimizer.hpp"
 #include "ht/engine/rng.hpp"
+#include "ht/engine/safetensors.hpp"
 #include "ht/patterns/pattern.hpp"
 #include "ht/schedule/build.hpp"
+#include "ht/schedule/error.hpp"
 
 namespace {
 
@@ -260,7 +265,25 @@ TEST_CASE("the executor rejects plans it cannot run with a clear error", "[exec]
   const auto cfg = tiny();
   const auto mtp = patterns::parse("[*E]|[*E]/*E");
   CHECK_THROWS_WITH(Executor(mtp, cfg, 1, pipeline_plan(mtp, cfg, {2, 0, 1, 2, false, false}, 1, 8)),
-                    Catch::Contains("MTP depths") && !Catch::Contains("\n"));
+                    Catch::Contains("MTP depths") && Catch::Contains("pp 2") && !Catch::Contains("\n"));
+  // Hybrid MTP never runs overlapped (rule O3): the builder refuses, and a plan built with the
+  // 7-27 behaviour (reject_hybrid_mtp off) is refused by the executor.
+  const auto hybrid_mtp = patterns::parse("[*E]E/*E");
+  schedule::ParallelConfig pc_mtp;
+  pc_mtp.ep = 2;
+  pc_mtp.dp = 2;
+  pc_mtp.microbatches = 2;
+  schedule::ScheduleOptions overlapped;
+  overlapped.overlap = true;
+  CHECK_THROWS_AS(schedule::build_plan(hybrid_mtp, engine::exec::schedule_dims(cfg, 1, 8), pc_mtp, overlapped),
+                  schedule::ScheduleError);
+  overlapped.reject_hybrid_mtp = false;
+  CHECK_THROWS_WITH(Executor(hybrid_mtp, cfg, 1, schedule::build_plan(hybrid_mtp, engine::exec::schedule_dims(cfg, 1, 8),
+                                                                      pc_mtp, overlapped)),
+                    Catch::Contains("O3") && Catch::Contains("overlap") && !Catch::Contains("\n"));
+  const auto other_mtp = patterns::parse("*E/*E/*E");
+  CHECK_THROWS_WITH(Executor(patterns::parse("*E/*E"), cfg, 1, plan_for(other_mtp, cfg, 1, 1, false, false, 1, 8)),
+                    Catch::Contains("was built for pattern"));
   const auto q = patterns::parse("*E");
   CHECK_THROWS_WITH(Executor(q, cfg, 1, plan_for(patterns::parse("*-"), cfg, 1, 1, false, false, 1, 8)),
                     Catch::Contains("was built for pattern"));
@@ -280,6 +303,9 @@ TEST_CASE("overlap never changes the math for generated patterns, EP sizes and m
     static const char* items[] = {"[*E]", "[ME]", "M", "[G-]", "E", "[*-]"};
     std::string text;
     for (int i : body) text += items[i];
+    // MTP depths join the sequential and flattened runs; hybrid MTP never overlaps (rule O3).
+    const std::string mtp = *rc::gen::element<std::string>("", "", "/*E", "/E/E", "/M-");
+    text += mtp;
     const int ep = *rc::gen::element(1, 2, 4);
     const int mbs = *rc::gen::inRange(1, 4);
     const auto p = patterns::parse(text);
@@ -287,7 +313,7 @@ TEST_CASE("overlap never changes the math for generated patterns, EP sizes and m
     const bool moe = text.find('E') != std::string::npos;
     Executor a(p, cfg, 3, plan_for(p, cfg, ep, mbs, false, false, 1, 6));
     auto ra = a.step(batches);
-    if (ep > 1 && moe) {
+    if (ep > 1 && moe && mtp.empty()) {
       Executor b(p, cfg, 3, plan_for(p, cfg, ep, mbs, true, true, 1, 6));
       auto rb = b.step(batches);
       RC_ASSERT(ra.loss == rb.loss);
@@ -508,4 +534,234 @@ TEST_CASE("pipeline splits never change the math for generated patterns, stages 
     RC_ASSERT(ra.loss == rb.loss);
     RC_ASSERT(differing(by_dp_rank(a, true), by_dp_rank(b, true)) == Names{});
   });
+}
+
+// ---- MTP depths (reference sections 1.2, 3.4, 5.1) ----
+
+TEST_CASE("executor with one rank equals the HybridModel bit for bit on MTP patterns, over optimizer steps", "[exec][mtp]") {
+  const auto cfg = tiny();
+  for (const char* text : {"M*E/*E", "[M*E]-/*E/*E", "[*-]E/M-", "+E/+E", "G[W-]/E"}) {
+    CAPTURE(text);
+    const auto p = patterns::parse(text);
+    Executor ex(p, cfg, 7, plan_for(p, cfg, 1, 1, false, false, 2, 8));
+    engine::HybridModel<float> model(p, cfg, 7);
+    engine::AdamWState<float> state;
+    engine::AdamWConfig opt;
+    opt.lr = 1e-2f;
+    opt.clip_norm = 0.05f;  // clips: the global norm's summation order over MTP parameters matters
+    for (int s = 0; s < 3; ++s) {
+      CAPTURE(s);
+      auto batches = make_batches(1, 1, 2, 8, cfg.vocab_size, 3 + static_cast<std::uint64_t>(s));
+      ex.zero_grad();
+      model.zero_grad();
+      const auto res = ex.step(batches);
+      const auto loss = model.forward(batches[0][0]);
+      model.backward();
+      REQUIRE(loss.mtp.size() == static_cast<std::size_t>(p.mtp_depths));
+      CHECK(loss.mtp.front() > 0);
+      CHECK(same_double(res.total, loss.total));
+      auto params = ex.parameters(0);
+      auto ref = model.parameters();
+      REQUIRE(params.size() == ref.size());
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        CAPTURE(ref[i].canonical);
+        REQUIRE(params[i].canonical == ref[i].canonical);
+        CHECK(params[i].key == ref[i].key);
+        CHECK(same_bits(*params[i].grad, *ref[i].grad));
+      }
+      const double norm = ex.optimizer_step(opt);
+      CHECK(same_double(norm, engine::adamw_step(opt, state, ref)));
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        CAPTURE(ref[i].canonical);
+        CHECK(same_bits(*params[i].value, *ref[i].value));
+      }
+    }
+  }
+}
+
+TEST_CASE("grouped and flattened MTP patterns give the same bits on EP ranks", "[exec][mtp]") {
+  const auto cfg = tiny();
+  for (const char* text : {"[M*E][*E]/*E", "[*E]-/E/E"}) {
+    CAPTURE(text);
+    const auto grouped = patterns::parse(text);
+    const auto flat = patterns::flatten(grouped);
+    REQUIRE(flat.mtp_depths == grouped.mtp_depths);
+    auto batches = make_batches(2, 3, 2, 8, cfg.vocab_size, 29);
+    Executor g(grouped, cfg, 9, plan_for(grouped, cfg, 2, 3, false, false, 2, 8));
+    Executor f(flat, cfg, 9, plan_for(flat, cfg, 2, 3, false, false, 2, 8));
+    auto a = g.step(batches);
+    auto b = f.step(batches);
+    CHECK(a.loss == b.loss);
+    CHECK(differing(grads_of(g), grads_of(f)) == Names{});
+    // Every plan node ran, the depths' mtp_post among them.
+    CHECK(a.timeline.spans.size() == g.plan().nodes.size());
+    CHECK(std::count_if(a.timeline.spans.begin(), a.timeline.spans.end(),
+                        [](const auto& span) { return span.category == "mtp_post"; }) ==
+          2 * 3 * 2 * grouped.mtp_depths);  // ranks x microbatches x (F, B) x depths
+    // The MTP depths' non-expert gradients are all-reduced like the decoder's.
+    auto r0 = g.parameters(0), r1 = g.parameters(1);
+    int mtp_params = 0;
+    for (std::size_t i = 0; i < r0.size(); ++i) {
+      if (r0[i].canonical.rfind("mtp.", 0) != 0) continue;
+      ++mtp_params;
+      CAPTURE(r0[i].canonical);
+      if (r0[i].canonical.find("local_experts") == std::string::npos) CHECK(same_bits(*r0[i].grad, *r1[i].grad));
+    }
+    CHECK(mtp_params > 5);
+  }
+}
+
+// EP = n over n ranks against EP = 1 running the same microbatches one after the other: same
+// terms, other association (per-rank sums, then the all-reduce; each expert's GEMM over all
+// sources at once), so the convention of the engine.ep_invariance property and `hybrid-twin
+// verify` applies: within K u max|g| per element (K terms, u = 2^-24).
+TEST_CASE("EP = n equals EP = 1 within the reassociation bound on MTP patterns", "[exec][mtp]") {
+  const auto cfg = tiny();
+  for (const char* text : {"M*E/*E", "[*E]E/E/E"}) {
+    for (int ep : {2, 4}) {
+      CAPTURE(text, ep);
+      const auto p = patterns::parse(text);
+      const int mbs = 2, b = 2, t = 8;
+      const auto data = make_batches(ep, mbs, b, t, cfg.vocab_size, 41);
+      std::vector<std::vector<Batch>> one(1);
+      for (const auto& rank : data)
+        for (const auto& mb : rank) one[0].push_back(mb);
+      Executor a(p, cfg, 13, plan_for(p, cfg, ep, mbs, false, false, b, t));
+      Executor c(p, cfg, 13, plan_for(p, cfg, 1, ep * mbs, false, false, b, t));
+      const auto ra = a.step(data);
+      const auto rc = c.step(one);
+      std::map<std::string, engine::Tensor<float>> ref;
+      for (auto& q : c.parameters(0)) ref[q.canonical] = *q.grad;
+      double max_abs = 0, max_ref = 0;
+      int compared = 0;
+      for (int r = 0; r < a.ranks(); ++r)
+        for (auto& q : a.parameters(r)) {
+          if (!a.owns(r, q.canonical)) continue;
+          REQUIRE(ref.count(q.canonical) == 1);
+          const auto& g = ref.at(q.canonical);
+          for (std::size_t i = 0; i < g.size(); ++i) {
+            max_abs = std::max(max_abs, std::fabs(static_cast<double>((*q.grad)[i]) - g[i]));
+            max_ref = std::max(max_ref, std::fabs(static_cast<double>(g[i])));
+          }
+          ++compared;
+        }
+      CHECK(compared >= static_cast<int>(ref.size()));
+      const double k_terms = static_cast<double>(ep) * mbs * b * t;
+      CHECK(max_abs <= k_terms * std::ldexp(1.0, -24) * max_ref);
+      CHECK(std::fabs(ra.total - rc.total) <= k_terms * std::ldexp(1.0, -24) * std::fabs(rc.total));
+    }
+  }
+}
+
+TEST_CASE("an MTP checkpoint uses HybridModel's canonical names and resumes across grouping and EP ranks", "[exec][mtp]") {
+  const auto cfg = tiny();
+  const auto grouped = patterns::parse("[M*E]-/*E/*E");
+  const auto flat = patterns::flatten(grouped);
+  engine::AdamWConfig opt;
+  opt.lr = 1e-2f;
+  auto batches = [&](int step) { return make_batches(2, 2, 1, 8, cfg.vocab_size, 500 + static_cast<std::uint64_t>(step)); };
+  Executor a(grouped, cfg, 12, plan_for(grouped, cfg, 2, 2, false, false, 1, 8));
+  for (int s = 0; s < 2; ++s) {
+    a.zero_grad();
+    a.step(batches(s));
+    a.optimizer_step(opt);
+  }
+  const std::string path = "exec_mtp_resume_test.safetensors";
+  a.save(path);
+  std::set<std::string> saved, expected;
+  for (const auto& [name, tensor] : engine::read_safetensors(path).tensors)
+    if (name.rfind("param/", 0) == 0) saved.insert(name.substr(6));
+  engine::HybridModel<float> model(grouped, cfg, 1);
+  for (auto& q : model.parameters()) expected.insert(q.canonical);
+  CHECK(saved == expected);
+  CHECK(saved.count("mtp.layers.1.mtp_model_layer.layers.1.mlp.experts.local_experts.3.linear_fc2.weight") == 1);
+  CHECK(saved.count("mtp.layers.0.eh_proj.weight") == 1);
+
+  Executor b(flat, cfg, 999, plan_for(flat, cfg, 2, 2, false, false, 1, 8));  // other seed: all comes from the file
+  b.load(path);
+  std::remove(path.c_str());
+  CHECK(b.optimizer_steps() == 2);
+  for (Executor* e : {&a, &b}) {
+    e->zero_grad();
+    e->step(batches(2));
+    e->optimizer_step(opt);
+  }
+  const auto va = by_dp_rank(a, false, true);
+  CHECK(differing(va, by_dp_rank(b, false, true)) == Names{});
+}
+
+TEST_CASE("a dropped MTP hidden-state gradient in the merge is caught by the HybridModel comparison", "[exec][mtp]") {
+  const auto cfg = tiny();
+  for (const char* text : {"M*E/*E", "*E/*E/*E"}) {
+    for (bool drop_mtp : {true, false}) {
+      CAPTURE(text, drop_mtp);
+      const auto p = patterns::parse(text);
+      auto batches = make_batches(1, 1, 2, 8, cfg.vocab_size, 2);
+      engine::exec::ExecutorOptions broken;
+      (drop_mtp ? broken.test_drop_mtp_grad : broken.test_drop_residual_grad) = true;
+      Executor ex(p, cfg, 4, plan_for(p, cfg, 1, 1, false, false, 2, 8), broken);
+      ex.step(batches);
+      engine::HybridModel<float> model(p, cfg, 4);
+      model.forward(batches[0][0]);
+      model.backward();
+      auto params = ex.parameters(0);
+      auto ref = model.parameters();
+      std::set<std::string> diff;
+      for (std::size_t i = 0; i < params.size(); ++i)
+        if (!same_bits(*params[i].grad, *ref[i].grad)) diff.insert(ref[i].canonical);
+      CHECK(!diff.empty());
+      // The dropped hnorm gradient reaches everything below the first depth: the decoder's
+      // final norm and the embedding differ; the last depth's own head does not.
+      if (drop_mtp) {
+        CHECK(diff.count("decoder.final_norm.weight") == 1);
+        CHECK(diff.count("embedding.word_embeddings.weight") == 1);
+        CHECK(diff.count("mtp.layers." + std::to_string(p.mtp_depths - 1) + ".final_layernorm.weight") == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("measured spans carry what the twin calibrates from: CPU time, expert rows, bytes per peer", "[exec][trace]") {
+  const auto cfg = tiny();
+  const auto p = patterns::parse("[*E]E");
+  const int ep = 2, mbs = 2, b = 2, t = 8;
+  Executor ex(p, cfg, 3, plan_for(p, cfg, ep, mbs, true, false, b, t));
+  const auto res = ex.step(make_batches(ep, mbs, b, t, cfg.vocab_size, 5));
+  CHECK(std::stoi(res.timeline.metadata.at("host.cores")) >= 1);
+  const std::string priority = res.timeline.metadata.at("host.comm_priority");
+  CHECK((priority == "realtime" || priority == "normal"));
+  using Key = std::pair<std::string, std::string>;  // layer, microbatch
+  std::map<Key, long> rows;
+  std::map<std::tuple<std::string, std::string, int, int>, std::string> sent;  // slot, key, from, to
+  for (const auto& s : res.timeline.spans) {
+    CAPTURE(s.name);
+    // A thread cannot use more CPU than the wall time it ran (clock granularity aside).
+    const double cpu_us = std::stod(s.args.at("cpu_us"));
+    CHECK(cpu_us >= 0);
+    CHECK(cpu_us <= s.duration_s * 1e6 + 50);
+    if (s.args.count("pre_cpu_us")) CHECK(std::stod(s.args.at("pre_cpu_us")) <= cpu_us);
+    const Key key{s.args.at("layer"), s.args.at("microbatch")};
+    if (s.category == "mlp" && s.args.at("phase") == "forward" && s.args.count("rows"))
+      rows[key] += std::stol(s.args.at("rows"));
+    if ((s.category == "dispatch" || s.category == "combine") && s.args.at("phase") == "forward") {
+      const std::string& text = s.args.at("sent_bytes");
+      for (std::size_t at = 0; at < text.size();) {
+        const std::size_t end = std::min(text.find(';', at), text.size()), colon = text.find(':', at);
+        sent[{s.category, key.first + "/" + key.second, s.device, std::stoi(text.substr(at, colon - at))}] =
+            text.substr(colon + 1, end - colon - 1);
+        at = end + 1;
+      }
+    }
+  }
+  // Dropless top-k routing: each (MoE layer, microbatch) processes every token of every rank k times.
+  REQUIRE(rows.size() == 2 * mbs);
+  for (const auto& [key, n] : rows) CHECK(n == static_cast<long>(ep) * b * t * cfg.moe_topk);
+  // The combine sends each row back to where the dispatch took it from.
+  REQUIRE(!sent.empty());
+  for (const auto& [k, bytes] : sent) {
+    const auto& [slot, key, from, to] = k;
+    if (slot != "dispatch") continue;
+    CAPTURE(key, from, to);
+    CHECK(sent.at({"combine", key, to, from}) == bytes);
+  }
 }

@@ -1,6 +1,7 @@
-// Mutation checks the engine properties must pass: with the executor's test-only fault
+// Mutation checks the engine properties must pass: with the executor's test-only faults
 // (ExecutorOptions::test_drop_residual_grad: the parked residual loses the gradient the combine
-// node sends it) the engine equivalence properties fail and shrink to a replayable case.
+// node sends it; test_drop_mtp_grad: a parked MTP hidden state loses the gradient of the depth
+// that read it) the engine equivalence properties fail and shrink to a replayable case.
 #include <catch2/catch.hpp>
 
 #include "ht/verify/engine_checks.hpp"
@@ -11,11 +12,12 @@ using namespace ht::verify;
 namespace {
 
 // A registry property with its check re-pointed at a broken executor.
-Property with_fault(const std::string& name, void (*check)(const Case&, const ht::engine::exec::ExecutorOptions&)) {
+Property with_fault(const std::string& name, void (*check)(const Case&, const ht::engine::exec::ExecutorOptions&),
+                    bool drop_mtp = false) {
   Property p = *find_property(name);
-  p.check = [check](const Case& c) {
+  p.check = [check, drop_mtp](const Case& c) {
     ht::engine::exec::ExecutorOptions broken;
-    broken.test_drop_residual_grad = true;
+    (drop_mtp ? broken.test_drop_mtp_grad : broken.test_drop_residual_grad) = true;
     check(c, broken);
   };
   return p;
@@ -43,5 +45,20 @@ TEST_CASE("a dropped residual gradient makes engine.overlap_vs_sequential fail",
   const RunResult r = run_property(with_fault("engine.overlap_vs_sequential", check_engine_overlap_vs_sequential), o);
   CHECK(r.outcome == Outcome::Fail);
   REQUIRE(r.counterexample.has_value());
+  CHECK_FALSE(replay(*r.counterexample).has_value());
+}
+
+TEST_CASE("a dropped MTP hidden-state gradient makes engine.matches_model fail", "[verify]") {
+  RunOptions o;
+  o.seed = 7;
+  o.cases = 40;
+  const auto broken = with_fault("engine.matches_model", check_engine_matches_model, true);
+  const RunResult r = run_property(broken, o);
+  CHECK(r.outcome == Outcome::Fail);
+  REQUIRE(r.counterexample.has_value());
+  CHECK_THAT(r.note, Catch::Contains("differs from the HybridModel"));
+  // Only MTP patterns carry the fault: the shrunk case keeps a depth.
+  CHECK_THAT(r.counterexample->input.at("pattern").get<std::string>(), Catch::Contains("/"));
+  CHECK_THROWS_AS(broken.check(r.counterexample->input), Falsified);
   CHECK_FALSE(replay(*r.counterexample).has_value());
 }

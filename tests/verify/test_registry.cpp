@@ -75,6 +75,30 @@ TEST_CASE("with a fixed pattern every property passes or says why it does not ap
   CHECK_THAT(r.note, Catch::Contains("pipe"));
 }
 
+#ifdef HT_TEST_HAS_ENGINE
+TEST_CASE("a fixed MTP pattern runs in the engine properties whose schedules take MTP, the others say why not", "[verify][property]") {
+  for (const char* name : {"engine.matches_model", "engine.grouped_vs_flattened", "engine.ep_invariance",
+                           "engine.checkpoint_load", "engine.checkpoint_resume", "engine.overlap_vs_sequential",
+                           "engine.delay_wgrad", "engine.pp_invariance"}) {
+    CAPTURE(name);
+    RunOptions o;
+    o.seed = 11;
+    o.cases = 6;
+    o.context.pattern = "[M*E]-/ME/ME";
+    const RunResult r = run_property(*find_property(name), o);
+    INFO(r.note);
+    const std::string n = name;
+    if (n == "engine.overlap_vs_sequential" || n == "engine.delay_wgrad" || n == "engine.pp_invariance") {
+      CHECK(r.outcome == Outcome::Skip);
+      CHECK_THAT(r.note, Catch::Contains("MTP"));
+    } else {
+      CHECK(r.outcome == Outcome::Pass);
+      CHECK(r.cases == o.cases);
+    }
+  }
+}
+#endif
+
 TEST_CASE("a time budget runs batches until the time is spent", "[verify]") {
   RunOptions o;
   o.seconds = 0.3;

@@ -267,8 +267,9 @@ void check_checkpoint_load(const Case& j) {
   }
 }
 
-// Two steps of the overlapped grouped run, saved; the sequential flattened run (other seed:
-// everything must come from the file) resumes it and the third step gives the same parameters.
+// Two steps of the grouped run (overlapped where the pattern allows it; hybrid MTP never, rule
+// O3), saved; the sequential flattened run (other seed: everything must come from the file)
+// resumes it and the third step gives the same parameters.
 void check_checkpoint_resume(const Case& j) {
   const EngineCase c = engine_case_of(j);
   const auto grouped = patterns::parse(c.pattern);
@@ -403,8 +404,15 @@ CaseSource router_cases(const FuzzContext&) {
 
 // Why a fixed pattern cannot run on the CPU executor, or "" when it can (pipes are dropped: the
 // executor runs PP = 1, so the segments run as one stage).
-std::string engine_unsupported(const patterns::ParsedPattern& p, bool needs_overlap) {
-  if (p.mtp_depths > 0) return "the executor does not run MTP depths yet";
+std::string engine_unsupported(const patterns::ParsedPattern& p, bool needs_overlap, bool allow_mtp) {
+  if (p.mtp_depths > 0) {
+    if (!allow_mtp) return "the property runs schedules hybrid MTP cannot use (the overlap, rule O3, or pp > 1)";
+    const auto last = p.mtp.find_first_of("-E");
+    if (last != std::string::npos && last + 1 != p.mtp.size())
+      return "the executor runs an MTP depth as one layer plan, which needs its MLP/MoE last";
+    for (char s : p.mtp)
+      if (!patterns::find_symbol(s)->engine_supported) return std::string("the engine does not implement '") + s + "'";
+  }
   if (!p.has_main()) return "the pattern has no main part";
   for (char s : p.flattened_symbols())
     if (!patterns::find_symbol(s)->engine_supported) return std::string("the engine does not implement '") + s + "'";
@@ -413,15 +421,18 @@ std::string engine_unsupported(const patterns::ParsedPattern& p, bool needs_over
   return "";
 }
 
-std::function<CaseSource(const FuzzContext&)> engine_cases(bool needs_overlap) {
-  return [needs_overlap](const FuzzContext& ctx) -> CaseSource {
-    rc::Gen<std::string> patterns_gen = gen::engine_pattern(needs_overlap);
+// `allow_mtp`: the property's schedules are ones hybrid MTP may use (sequential, PP = 1), so
+// generated patterns sometimes carry MTP depths and fixed ones keep theirs.
+std::function<CaseSource(const FuzzContext&)> engine_cases(bool needs_overlap, bool allow_mtp = false) {
+  return [needs_overlap, allow_mtp](const FuzzContext& ctx) -> CaseSource {
+    rc::Gen<std::string> patterns_gen = allow_mtp ? gen::engine_pattern_with_mtp() : gen::engine_pattern(needs_overlap);
     if (ctx.pattern) {
       const auto p = patterns::parse(*ctx.pattern);
-      const std::string why = engine_unsupported(p, needs_overlap);
+      const std::string why = engine_unsupported(p, needs_overlap, allow_mtp);
       if (!why.empty()) return {std::nullopt, why};
       std::string text = p.main;
       text.erase(std::remove(text.begin(), text.end(), '|'), text.end());
+      for (int d = 0; d < p.mtp_depths; ++d) text += "/" + p.mtp;
       patterns_gen = rc::gen::just(text);
     }
     return {rc::gen::map(gen::engine_case(patterns_gen), engine_case_json), ""};
@@ -439,24 +450,25 @@ namespace detail {
 
 void add_engine_properties(std::vector<Property>& out) {
   out.push_back(make("engine.matches_model", "executor (EP 1, one microbatch) == HybridModel: loss and gradients bitwise",
-                     engine_cases(false), check_matches_model));
+                     engine_cases(false, true), check_matches_model));
   out.push_back(make("engine.grouped_vs_flattened", "grouped pattern == flattened pattern: losses and gradients bitwise",
-                     engine_cases(false), check_grouped_vs_flattened));
+                     engine_cases(false, true), check_grouped_vs_flattened));
   out.push_back(make("engine.overlap_vs_sequential",
                      "combined 1F1B == sequential: losses and gradients bitwise, all-reduced gradients equal on all ranks",
                      engine_cases(true), check_overlap_vs_sequential));
   out.push_back(make("engine.delay_wgrad", "delayed weight gradients on == off: losses and gradients bitwise",
                      engine_cases(true), check_delay_wgrad));
   out.push_back(make("engine.ep_invariance", "EP = n == EP = 1 within the float32 reassociation bound",
-                     engine_cases(false), check_ep_invariance));
+                     engine_cases(false, true), check_ep_invariance));
   out.push_back(make("engine.pp_invariance", "PP = 2 (pattern cut at a random item) == PP = 1: losses and gradients bitwise",
                      engine_cases(false), check_pp_invariance));
   out.push_back(make("engine.checkpoint_load",
                      "grouped checkpoint -> flattened model and back: loss, logits and gradients bitwise",
-                     engine_cases(false), check_checkpoint_load));
+                     engine_cases(false, true), check_checkpoint_load));
   out.push_back(make("engine.checkpoint_resume",
-                     "a checkpoint of the overlapped grouped run resumes the sequential flattened run bitwise",
-                     engine_cases(false), check_checkpoint_resume));
+                     "a checkpoint of the grouped run (overlapped unless MTP) resumes the sequential flattened run "
+                     "bitwise",
+                     engine_cases(false, true), check_checkpoint_resume));
   out.push_back(make("engine.router", "top-k (ties to the lower index), combine weights, aux and z losses per reference 5.1",
                      router_cases, check_router));
 }

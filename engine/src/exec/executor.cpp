@@ -3,7 +3,9 @@
 // Slot contents follow reference section 3.3: pre_dispatch runs the group's pre-layers and, for
 // an 'E' terminal, the pre-MLP norm, router, permutation and shared expert; dispatch and combine
 // are the all-to-alls (combine also unpermutes, adds the shared output and the residual); mlp
-// runs the local experts or the dense '-' block.
+// runs the local experts or the dense '-' block. An MTP depth (section 3.4) is one more layer
+// plan: its pre_dispatch adds the embedding, enorm/hnorm and eh_proj in front of its inner
+// layer's, and mtp_post applies its final norm; post_process runs every head.
 //
 // Pipeline stages: each rank builds only the layers its stage holds (read from the plan), the
 // embedding on stage 0 and the final norm and output layer on the last stage; PipeSend/PipeRecv
@@ -21,6 +23,7 @@
 #include <span>
 #include <tuple>
 
+#include "ht/engine/cpu/gemm.hpp"
 #include "ht/engine/error.hpp"
 #include "ht/engine/layers/cross_entropy.hpp"
 #include "ht/engine/layers/embedding.hpp"
@@ -53,12 +56,37 @@ Tf ones(int n) {
   return t;
 }
 
+// roll(x, -1) along time with the freed last position set to 0 (Megatron's roll_tensor, as
+// HybridModel rolls the MTP inputs).
+Tensor<int> roll_left(const Tensor<int>& x) {
+  Tensor<int> y(x.shape);
+  const int b = x.dim(0), t = x.dim(1);
+  for (int i = 0; i < b; ++i)
+    for (int j = 0; j + 1 < t; ++j) y[static_cast<std::size_t>(i * t + j)] = x[static_cast<std::size_t>(i * t + j + 1)];
+  return y;
+}
+
 // Spans over whole vectors, for the sized all_to_all_v.
 template <class T, class V>
 std::vector<std::span<T>> spans_of(V& vectors) {
   std::vector<std::span<T>> out;
   for (auto& v : vectors) out.emplace_back(v.data(), v.size());
   return out;
+}
+
+// Records on the running node's span what the plan cannot know: the bytes this member actually
+// sends to each other member (global rank:bytes;...), which follow the routing. The twin reads
+// them back as the node's transfers (sim/calibrate.hpp).
+template <class V>
+void annotate_sent(const runtime::Communicator& comm, const std::vector<V>& send) {
+  std::string text;
+  for (int p = 0; p < comm.size(); ++p) {
+    if (p == comm.rank()) continue;
+    if (!text.empty()) text += ';';
+    text += std::to_string(comm.global_rank(p)) + ':' +
+            std::to_string(send[static_cast<std::size_t>(p)].size() * sizeof(float));
+  }
+  runtime::annotate_span("sent_bytes", text);
 }
 
 // One physical layer: h_out = h + branch(rmsnorm(h)).
@@ -82,6 +110,7 @@ struct LogicalLayer {
   bool held = false;          // this rank's pipeline stage holds the layer (else blocks is empty)
   std::vector<Block> blocks;  // members in order
   int terminal = -1;          // index of the '-' / 'E' terminal, -1 when none
+  float loss_scale = 1.0f;    // router losses: 1 in the trunk, 1 / depths inside MTP (reference 5.1)
   bool moe() const { return terminal >= 0 && blocks[static_cast<std::size_t>(terminal)].symbol == 'E'; }
   int pre_count() const { return terminal >= 0 ? terminal : static_cast<int>(blocks.size()); }
 };
@@ -113,6 +142,30 @@ struct LayerState {
   std::unique_ptr<MoeState> moe;
 };
 
+// One MTP depth (reference sections 3.4, 5.1): eh_proj(cat(enorm(embedding of the tokens rolled
+// depth + 1 left), hnorm(previous hidden state))), the MTP pattern as one logical layer (the plan
+// runs a depth as one layer plan), then its final norm; the embedding and the output layer are
+// the main model's.
+struct MtpDepth {
+  std::string prefix;  // "mtp.layers.<depth>."
+  Tf enorm, enorm_g, hnorm, hnorm_g, eh_proj, eh_proj_g, final_norm, final_norm_g;
+  LogicalLayer layer;
+};
+
+// Per-microbatch state of one MTP depth. `hout` is parked by mtp_post for two consumers (its
+// head in post_process and the next depth's hnorm); `d_hout` collects both their gradients
+// before mtp_post's backward runs once (reference 3.4, "Gradient merge").
+struct MtpState {
+  LayerState inner;
+  Tensor<int> ids, targets;
+  Tf weights, emb, en, hin, hn, cat, pre, hout, logits;
+  RMSNormCache<float> enc, hnc, fnc;
+  CrossEntropyCache<float> ce;
+  double loss = 0;
+  Tf d_hout;
+  Tf enorm_staged, hnorm_staged, eh_proj_staged;  // pre_dispatch weight gradients (its W node)
+};
+
 // One model chunk (microbatch, vp_stage) of one rank: the chunks of one microbatch on a rank
 // (virtual pipeline stages) each carry their own hidden state, as Megatron's chunk plans do.
 struct ChunkState {
@@ -124,6 +177,11 @@ struct ChunkState {
   CrossEntropyCache<float> ce;
   double loss = 0;
   std::vector<LayerState> layers;  // by global logical layer; states only for the chunk's layers
+  // MTP (last chunk of the last stage only): the first depth's pre_dispatch applies the final
+  // norm and parks h_final for the main head and its own hnorm; d_h_final merges both gradients.
+  std::vector<MtpState> mtp;
+  std::vector<float> mtp_weight;  // CE weight per valid token, per depth
+  Tf h_pre_final, d_h_final;
 };
 
 // What one rank holds: its pipeline stage's layers, the embedding on the first stage, the final
@@ -133,6 +191,7 @@ struct RankModel {
   Tf wte, wte_g, final_norm, final_norm_g, out_w, out_w_g;
   std::string final_norm_key;
   std::vector<LogicalLayer> layers;  // by global logical layer; only held ones are built
+  std::vector<MtpDepth> mtp;         // the last stage's MTP depths
 };
 
 // Where a rank sits, read from the plan (RankPlan and the ranks its nodes run on).
@@ -149,7 +208,7 @@ struct StageLayout {
   std::vector<int> layer_stage, layer_vp;  // per global logical layer
 };
 
-StageLayout read_layout(const schedule::Plan& plan, int layers) {
+StageLayout read_layout(const schedule::Plan& plan, int layers, int mtp_depths) {
   StageLayout out;
   const int n = plan.global_ranks();
   out.ranks.resize(static_cast<std::size_t>(n));
@@ -174,7 +233,14 @@ StageLayout read_layout(const schedule::Plan& plan, int layers) {
     if (node.slot == Slot::PreProcess) lo.first = true;
     if (node.slot == Slot::PostProcess) lo.last = true;
     if (node.layer < 0) continue;
-    if (node.mtp) fail("MTP depths are not run by the executor yet (node " + node.label() + ")");
+    if (node.mtp) {
+      // MTP depths follow the decoder in the model's last chunk (reference section 3.2).
+      if (node.layer >= mtp_depths)
+        fail("node " + node.label() + " names MTP depth " + std::to_string(node.layer) + " of " + std::to_string(mtp_depths));
+      if (lo.pp_rank != plan.pp - 1 || node.vp_stage != plan.vpp - 1)
+        fail("MTP node " + node.label() + " does not run in the model's last chunk");
+      continue;
+    }
     if (node.layer >= layers)
       fail("node " + node.label() + " names logical layer " + std::to_string(node.layer) + " of " + std::to_string(layers));
     const auto l = static_cast<std::size_t>(node.layer);
@@ -277,35 +343,69 @@ struct Executor::Impl {
         m.layers.push_back(std::move(layer));
         continue;
       }
-      for (std::size_t i = 0; i < item.symbols.size(); ++i, ++phys) {
-        const char sym = item.symbols[i];
-        Block b;
-        b.symbol = sym;
-        b.physical = static_cast<int>(phys);
-        b.key_prefix = keys.at(phys).key_prefix;
-        b.canonical_prefix = "layers." + std::to_string(phys) + ".";
-        b.norm_w = ones(cfg.hidden);
-        b.norm_g = Tf({cfg.hidden});
-        Rng rng(seed, b.canonical_prefix);
-        try {
-          if (sym == 'E') {
-            b.moe = std::make_unique<MoeLayer>();
-            moe_init(b.moe->p, cfg, rng);
-            b.moe->g = detail::zeros_like(b.moe->p);
-          } else {
-            b.member = detail::make_member(sym, cfg, rng);
-          }
-        } catch (const std::invalid_argument& e) {
-          throw EngineError(ErrorCode::BadConfig, e.what());
-        }
-        if ((sym == '-' || sym == 'E') && layer.terminal < 0) layer.terminal = static_cast<int>(i);
-        layer.blocks.push_back(std::move(b));
-      }
-      if (layer.terminal >= 0 && layer.terminal + 1 != static_cast<int>(layer.blocks.size()))
-        fail("logical layer '" + item.symbols + "' has its MLP/MoE before the last member (rule O1)");
+      for (std::size_t i = 0; i < item.symbols.size(); ++i, ++phys)
+        add_block(layer, item.symbols[i], static_cast<int>(phys), keys.at(phys).key_prefix,
+                  "layers." + std::to_string(phys) + ".", seed);
+      check_terminal(layer, "logical layer '" + item.symbols + "'");
       m.layers.push_back(std::move(layer));
     }
+    // MTP depths live with the loss on the last stage; their parameters are named and drawn as
+    // HybridModel's (keys are the canonical names there too).
+    if (m.last) {
+      const auto prefixes = patterns::mtp_layer_prefixes(pattern);
+      for (int d = 0; d < pattern.mtp_depths; ++d) {
+        MtpDepth md;
+        md.prefix = prefixes.at(static_cast<std::size_t>(d));
+        md.enorm = ones(cfg.hidden);
+        md.hnorm = ones(cfg.hidden);
+        md.final_norm = ones(cfg.hidden);
+        md.eh_proj = Tf({cfg.hidden, 2 * cfg.hidden});
+        Rng rng(seed, md.prefix + "eh_proj");
+        for (auto& v : md.eh_proj.data) v = static_cast<float>(rng.normal()) * std;
+        md.enorm_g = Tf({cfg.hidden});
+        md.hnorm_g = Tf({cfg.hidden});
+        md.final_norm_g = Tf({cfg.hidden});
+        md.eh_proj_g = Tf(md.eh_proj.shape);
+        md.layer.held = true;
+        md.layer.loss_scale = 1.0f / static_cast<float>(pattern.mtp_depths);
+        const auto inner = patterns::mtp_inner_prefixes(pattern, d);
+        for (std::size_t j = 0; j < pattern.mtp_items.size(); ++j)
+          add_block(md.layer, pattern.mtp_items[j].symbols.at(0), -1, inner[j], inner[j], seed);
+        // The plan runs a depth as one layer plan (reference 3.4), split like a group.
+        check_terminal(md.layer, "the MTP depth pattern '" + pattern.mtp + "' (one layer plan per depth)");
+        m.mtp.push_back(std::move(md));
+      }
+    }
     return m;
+  }
+
+  void add_block(LogicalLayer& layer, char sym, int physical, const std::string& key_prefix,
+                 const std::string& canonical_prefix, std::uint64_t seed) const {
+    Block b;
+    b.symbol = sym;
+    b.physical = physical;
+    b.key_prefix = key_prefix;
+    b.canonical_prefix = canonical_prefix;
+    b.norm_w = ones(cfg.hidden);
+    b.norm_g = Tf({cfg.hidden});
+    Rng rng(seed, b.canonical_prefix);
+    try {
+      if (sym == 'E') {
+        b.moe = std::make_unique<MoeLayer>();
+        moe_init(b.moe->p, cfg, rng);
+        b.moe->g = detail::zeros_like(b.moe->p);
+      } else {
+        b.member = detail::make_member(sym, cfg, rng);
+      }
+    } catch (const std::invalid_argument& e) {
+      throw EngineError(ErrorCode::BadConfig, e.what());
+    }
+    if ((sym == '-' || sym == 'E') && layer.terminal < 0) layer.terminal = static_cast<int>(layer.blocks.size());
+    layer.blocks.push_back(std::move(b));
+  }
+  static void check_terminal(const LogicalLayer& layer, const std::string& what) {
+    if (layer.terminal >= 0 && layer.terminal + 1 != static_cast<int>(layer.blocks.size()))
+      fail(what + " has its MLP/MoE before the last member (rule O1)");
   }
 
   // ---- block helpers (same arithmetic as HybridModel's Block) ----
@@ -338,6 +438,14 @@ struct Executor::Impl {
     }
     return ls;
   }
+  MtpState new_mtp_state(MtpDepth& md) const {
+    MtpState ms;
+    ms.inner = new_layer_state(md.layer);
+    ms.eh_proj_staged = Tf(md.eh_proj.shape);
+    ms.enorm_staged = Tf({cfg.hidden});
+    ms.hnorm_staged = Tf({cfg.hidden});
+    return ms;
+  }
 
   // ---- expert-parallel exchange ----
   // My permuted rows (global expert-major) -> the rows my local experts process (expert-major,
@@ -363,6 +471,7 @@ struct Executor::Impl {
               static_cast<std::uint64_t>(r.tokens_per_expert[static_cast<std::size_t>(p * local_experts + le)]));
       // Sizes are known (local_experts counts per peer): one collective, no size exchange.
       layout.counts.assign(static_cast<std::size_t>(n), std::vector<std::uint64_t>(static_cast<std::size_t>(local_experts)));
+      runtime::mark_span_cpu("pre_cpu_us");
       comm.all_to_all_v<std::uint64_t>(spans_of<const std::uint64_t>(cnt), spans_of<std::uint64_t>(layout.counts),
                                        "dispatch counts");
       layout.offset.assign(static_cast<std::size_t>(n), std::vector<std::size_t>(static_cast<std::size_t>(local_experts)));
@@ -384,6 +493,8 @@ struct Executor::Impl {
       for (int le = 0; le < local_experts; ++le) rows_from_s += layout.counts[static_cast<std::size_t>(s)][static_cast<std::size_t>(le)];
       recv[static_cast<std::size_t>(s)].resize(rows_from_s * c);
     }
+    annotate_sent(comm, send);
+    runtime::mark_span_cpu("pre_cpu_us");
     comm.all_to_all_v<float>(spans_of<const float>(send), spans_of<float>(recv), label);
     expert_major.assign(layout.expert_start.back() * c, 0.0f);
     for (int s = 0; s < n; ++s) {
@@ -424,6 +535,8 @@ struct Executor::Impl {
       if (hi * c > rows.size()) fail("all-to-all routing addresses more rows than this rank has");
       recv.emplace_back(rows.data() + lo * c, (hi - lo) * c);
     }
+    annotate_sent(comm, send);
+    runtime::mark_span_cpu("pre_cpu_us");
     comm.all_to_all_v<float>(spans_of<const float>(send), recv, label);
   }
 
@@ -445,7 +558,7 @@ struct Executor::Impl {
     bs.h_in = cs.h;  // parked residual
     rmsnorm_forward(bs.normed, bs.nc, bs.h_in, b.norm_w, cfg.norm_eps);
     const int n = static_cast<int>(bs.normed.size() / static_cast<std::size_t>(cfg.hidden));
-    moe_route_permute<float>(cfg, b.moe->p, bs.normed.ptr(), n, 1.0f, st.routing, st.permuted_in);
+    moe_route_permute<float>(cfg, b.moe->p, bs.normed.ptr(), n, layer.loss_scale, st.routing, st.permuted_in);
     if (b.moe->p.has_shared) {
       st.shared_out.assign(bs.normed.size(), 0.0f);
       swiglu_forward<float>(st.shared_out.data(), st.shared_cache, bs.normed.ptr(), n, b.moe->p.shared);
@@ -461,6 +574,7 @@ struct Executor::Impl {
     }
     MoeState& st = *ls.moe;
     const int c = cfg.hidden;
+    runtime::annotate_span("rows", std::to_string(st.layout.expert_start.back()));  // expert load
     st.expert_out.assign(st.expert_in.size(), 0.0f);
     st.expert_caches.resize(static_cast<std::size_t>(local_experts));
     for (int le = 0; le < local_experts; ++le) {
@@ -484,20 +598,125 @@ struct Executor::Impl {
     for (std::size_t i = 0; i < cs.h.size(); ++i) cs.h[i] += bs.out[i];
   }
 
+  // The heads: the main one, then one per MTP depth with the shared output layer (reference
+  // 3.4: PostProcessNode splits the concatenated hidden states in process_mtp_loss). With MTP the
+  // final norm already ran in the first depth's pre_dispatch.
   void post_process_forward(RankModel& m, ChunkState& cs) const {
-    rmsnorm_forward(cs.h_final, cs.fnc, cs.h, m.final_norm, cfg.norm_eps);
+    if (m.mtp.empty()) rmsnorm_forward(cs.h_final, cs.fnc, cs.h, m.final_norm, cfg.norm_eps);
     output_forward(cs.logits, cs.h_final, m.out_w);
     cs.lm_weights = Tf(cs.batch->targets.shape);
     std::fill(cs.lm_weights.data.begin(), cs.lm_weights.data.end(), cs.weight);
     cs.loss += static_cast<double>(cross_entropy_forward(cs.ce, cs.logits, cs.batch->targets, cs.lm_weights));
+    for (auto& ms : cs.mtp) {
+      output_forward(ms.logits, ms.hout, m.out_w);
+      ms.loss = static_cast<double>(cross_entropy_forward(ms.ce, ms.logits, ms.targets, ms.weights));
+    }
   }
+  // The output layer's gradient sums the heads last depth first, then the main head (as
+  // HybridModel::backward). Each head's hidden-state gradient is its first contribution to a
+  // parked tensor; the depth that consumed it adds the second before the producer runs.
   void post_process_backward(RankModel& m, ChunkState& cs) const {
+    for (auto it = cs.mtp.rbegin(); it != cs.mtp.rend(); ++it) {
+      Tf dlogits(it->logits.shape);
+      cross_entropy_backward(dlogits, it->logits, it->targets, it->weights, it->ce, 1.0f);
+      it->d_hout = Tf(it->hout.shape);
+      output_backward(it->d_hout, m.out_w_g, dlogits, it->hout, m.out_w);
+    }
     Tf dlogits(cs.logits.shape);
     cross_entropy_backward(dlogits, cs.logits, cs.batch->targets, cs.lm_weights, cs.ce, 1.0f);
     Tf dhf(cs.h_final.shape);
     output_backward(dhf, m.out_w_g, dlogits, cs.h_final, m.out_w);
+    if (!m.mtp.empty()) {
+      cs.d_h_final = std::move(dhf);
+      return;
+    }
     cs.dh = Tf(cs.h.shape);
     rmsnorm_backward(cs.dh, m.final_norm_g, dhf, cs.h, m.final_norm, cs.fnc);
+  }
+
+  // ---- MTP depths (reference 3.4) ----
+  // pre_dispatch of depth d: the first depth applies the main final norm (the chunk's decoder
+  // output) and parks h_final; every depth embeds its rolled tokens, projects cat(enorm(emb),
+  // hnorm(h)) and runs its inner layer's pre_dispatch on the result.
+  void mtp_pre_dispatch_forward(RankModel& m, int d, ChunkState& cs) const {
+    MtpDepth& md = m.mtp[static_cast<std::size_t>(d)];
+    MtpState& ms = cs.mtp[static_cast<std::size_t>(d)];
+    const float eps = cfg.norm_eps;
+    if (d == 0) {
+      cs.h_pre_final = cs.h;
+      rmsnorm_forward(cs.h_final, cs.fnc, cs.h_pre_final, m.final_norm, eps);
+    }
+    const MtpState* prev = d == 0 ? nullptr : &cs.mtp[static_cast<std::size_t>(d - 1)];
+    // Depth d sees tokens rolled d + 1 steps left and predicts the token d + 1 ahead.
+    ms.ids = roll_left(prev ? prev->ids : cs.batch->tokens);
+    ms.targets = roll_left(prev ? prev->targets : cs.batch->targets);
+    const int b = cs.batch->tokens.dim(0), t = cs.batch->tokens.dim(1), n = b * t, c = cfg.hidden;
+    ms.weights = Tf({b, t});
+    const float w = cs.mtp_weight[static_cast<std::size_t>(d)];
+    for (int i = 0; i < b; ++i)
+      for (int j = 0; j + d + 1 < t; ++j) ms.weights[static_cast<std::size_t>(i * t + j)] = w;
+    embedding_forward(ms.emb, ms.ids, m.wte);
+    rmsnorm_forward(ms.en, ms.enc, ms.emb, md.enorm, eps);
+    ms.hin = prev ? prev->hout : cs.h_final;
+    rmsnorm_forward(ms.hn, ms.hnc, ms.hin, md.hnorm, eps);
+    // Embedding half first, as Megatron concatenates.
+    ms.cat = Tf({b, t, 2 * c});
+    for (int r = 0; r < n; ++r) {
+      std::copy_n(ms.en.ptr() + static_cast<long>(r) * c, c, ms.cat.ptr() + static_cast<long>(r) * 2 * c);
+      std::copy_n(ms.hn.ptr() + static_cast<long>(r) * c, c, ms.cat.ptr() + static_cast<long>(r) * 2 * c + c);
+    }
+    cs.h = Tf({b, t, c});
+    cpu::linear_forward<float>(cs.h.ptr(), ms.cat.ptr(), md.eh_proj.ptr(), nullptr, n, 2 * c, c);
+    pre_dispatch_forward(md.layer, ms.inner, cs);
+  }
+  void mtp_post_forward(RankModel& m, int d, ChunkState& cs) const {
+    MtpState& ms = cs.mtp[static_cast<std::size_t>(d)];
+    ms.pre = cs.h;
+    rmsnorm_forward(ms.hout, ms.fnc, ms.pre, m.mtp[static_cast<std::size_t>(d)].final_norm, cfg.norm_eps);
+  }
+  // d_hout is complete here: its head (post_process) and the next depth's pre_dispatch, which
+  // both ran before, have added their parts.
+  void mtp_post_backward(RankModel& m, int d, ChunkState& cs) const {
+    MtpDepth& md = m.mtp[static_cast<std::size_t>(d)];
+    MtpState& ms = cs.mtp[static_cast<std::size_t>(d)];
+    cs.dh = Tf(ms.pre.shape);
+    rmsnorm_backward(cs.dh, md.final_norm_g, ms.d_hout, ms.pre, md.final_norm, ms.fnc);
+  }
+  void mtp_pre_dispatch_backward(RankModel& m, int d, ChunkState& cs) const {
+    MtpDepth& md = m.mtp[static_cast<std::size_t>(d)];
+    MtpState& ms = cs.mtp[static_cast<std::size_t>(d)];
+    pre_dispatch_backward(md.layer, ms.inner, cs);
+    const int c = cfg.hidden;
+    const int n = static_cast<int>(ms.cat.size() / static_cast<std::size_t>(2 * c));
+    Tf dcat(ms.cat.shape);
+    cpu::linear_backward<float>(dcat.ptr(), ms.eh_proj_staged.ptr(), nullptr, cs.dh.ptr(), ms.cat.ptr(), md.eh_proj.ptr(),
+                                n, 2 * c, c);
+    Tf den(ms.en.shape), dhn(ms.hn.shape);
+    for (int r = 0; r < n; ++r) {
+      std::copy_n(dcat.ptr() + static_cast<long>(r) * 2 * c, c, den.ptr() + static_cast<long>(r) * c);
+      std::copy_n(dcat.ptr() + static_cast<long>(r) * 2 * c + c, c, dhn.ptr() + static_cast<long>(r) * c);
+    }
+    Tf demb(ms.emb.shape);
+    rmsnorm_backward(demb, ms.enorm_staged, den, ms.emb, md.enorm, ms.enc);
+    embedding_backward(m.wte_g, demb, ms.ids);
+    Tf dhin(ms.hin.shape);
+    rmsnorm_backward(dhin, ms.hnorm_staged, dhn, ms.hin, md.hnorm, ms.hnc);
+    // Second consumer of the parked hidden state this depth read: merge into its gradient.
+    Tf& parked = d == 0 ? cs.d_h_final : cs.mtp[static_cast<std::size_t>(d - 1)].d_hout;
+    if (!options.test_drop_mtp_grad)
+      for (std::size_t i = 0; i < parked.size(); ++i) parked[i] += dhin[i];
+    if (d > 0) return;
+    // The first depth produced h_final: the final norm's backward runs once, merged.
+    cs.dh = Tf(cs.h_pre_final.shape);
+    rmsnorm_backward(cs.dh, m.final_norm_g, cs.d_h_final, cs.h_pre_final, m.final_norm, cs.fnc);
+  }
+  void mtp_pre_dispatch_weight(RankModel& m, int d, ChunkState& cs) const {
+    MtpDepth& md = m.mtp[static_cast<std::size_t>(d)];
+    MtpState& ms = cs.mtp[static_cast<std::size_t>(d)];
+    pre_dispatch_weight(md.layer, ms.inner);
+    add_tensor(md.eh_proj_g, ms.eh_proj_staged);
+    add_tensor(md.enorm_g, ms.enorm_staged);
+    add_tensor(md.hnorm_g, ms.hnorm_staged);
   }
 
   void combine_backward_local(LogicalLayer& layer, LayerState& ls, ChunkState& cs) const {
@@ -523,6 +742,7 @@ struct Executor::Impl {
     }
     MoeState& st = *ls.moe;
     const std::size_t c = static_cast<std::size_t>(cfg.hidden);
+    runtime::annotate_span("rows", std::to_string(st.layout.expert_start.back()));
     st.dexpert_in.assign(st.expert_in.size(), 0.0f);
     for (int le = 0; le < local_experts; ++le) {
       const std::size_t lo = st.layout.expert_start[static_cast<std::size_t>(le)];
@@ -545,7 +765,7 @@ struct Executor::Impl {
       if (b.moe->p.has_shared)
         swiglu_backward<float>(dnormed.ptr(), st.staged.shared, st.d_shared.ptr(), bs.normed.ptr(), n,
                                b.moe->p.shared, st.shared_cache);
-      moe_route_permute_backward<float>(cfg, b.moe->p, bs.normed.ptr(), st.routing, 1.0f, st.dperm_in, st.dw,
+      moe_route_permute_backward<float>(cfg, b.moe->p, bs.normed.ptr(), st.routing, layer.loss_scale, st.dperm_in, st.dw,
                                         dnormed.ptr(), st.staged);
       cs.dh = st.d_residual;  // the merged gradient of the parked residual...
       rmsnorm_backward(cs.dh, bs.norm_g_staged, dnormed, bs.h_in, b.norm_w, bs.nc);  // ...plus the norm path
@@ -621,22 +841,34 @@ std::vector<ParamEntry> list_params(RankModel& m) {
   const int n_layers = static_cast<int>(m.layers.size());
   if (m.first)
     out.push_back({"embedding.word_embeddings.weight", "embedding.word_embeddings.weight", &m.wte, &m.wte_g, -1, -1});
+  auto add_block = [&](Block& b, int order) {
+    const std::string norm = prenorm_name(b.symbol);
+    out.push_back({b.key_prefix + norm, b.canonical_prefix + norm, &b.norm_w, &b.norm_g, -1, order});
+    auto add = [&](const std::string& name, Tf& v, Tf& g) {
+      int expert = -1;
+      const std::string tag = "mlp.experts.local_experts.";
+      if (name.rfind(tag, 0) == 0) expert = std::stoi(name.substr(tag.size()));
+      out.push_back({b.key_prefix + name, b.canonical_prefix + name, &v, &g, expert, order});
+    };
+    if (b.member) b.member->for_each_param(add);
+    if (b.moe) b.moe->for_each_param(add);
+  };
   for (int l = 0; l < n_layers; ++l)
-    for (auto& b : m.layers[static_cast<std::size_t>(l)].blocks) {
-      const std::string norm = prenorm_name(b.symbol);
-      out.push_back({b.key_prefix + norm, b.canonical_prefix + norm, &b.norm_w, &b.norm_g, -1, l});
-      auto add = [&](const std::string& name, Tf& v, Tf& g) {
-        int expert = -1;
-        const std::string tag = "mlp.experts.local_experts.";
-        if (name.rfind(tag, 0) == 0) expert = std::stoi(name.substr(tag.size()));
-        out.push_back({b.key_prefix + name, b.canonical_prefix + name, &v, &g, expert, l});
-      };
-      if (b.member) b.member->for_each_param(add);
-      if (b.moe) b.moe->for_each_param(add);
-    }
+    for (auto& b : m.layers[static_cast<std::size_t>(l)].blocks) add_block(b, l);
   if (m.last) {
     out.push_back({m.final_norm_key, "decoder.final_norm.weight", &m.final_norm, &m.final_norm_g, -1, n_layers});
     out.push_back({"output_layer.weight", "output_layer.weight", &m.out_w, &m.out_w_g, -1, n_layers + 1});
+  }
+  // MTP depths last, in HybridModel's order; their keys are their canonical names.
+  for (std::size_t d = 0; d < m.mtp.size(); ++d) {
+    MtpDepth& md = m.mtp[d];
+    const int order = n_layers + 2 + static_cast<int>(d);
+    auto add = [&](const std::string& name, Tf& v, Tf& g, int expert) { out.push_back({name, name, &v, &g, expert, order}); };
+    add(md.prefix + "enorm.weight", md.enorm, md.enorm_g, -1);
+    add(md.prefix + "hnorm.weight", md.hnorm, md.hnorm_g, -1);
+    add(md.prefix + "eh_proj.weight", md.eh_proj, md.eh_proj_g, -1);
+    for (auto& b : md.layer.blocks) add_block(b, order);
+    add(md.prefix + "final_layernorm.weight", md.final_norm, md.final_norm_g, -1);
   }
   return out;
 }
@@ -661,18 +893,25 @@ Executor::Executor(const patterns::ParsedPattern& pattern, const ModelConfig& cf
     : impl_(std::make_unique<Impl>()) {
   auto& im = *impl_;
   if (auto msg = unsupported_symbols(pattern); !msg.empty()) throw EngineError(ErrorCode::Unsupported, msg);
-  if (pattern.mtp_depths > 0)
-    fail("MTP depths ('/" + pattern.mtp + "') are not run by the executor yet (at any pp); use 'train' without --ep/--pp");
+  if (pattern.mtp_depths > 0 && plan.overlap)  // the builder's O3, also for plans built without it
+    fail("hybrid MTP ('/" + pattern.mtp + "') does not run with the EP all-to-all overlap: the overlap scheduler does "
+         "not expand the MTP's nested stack (rule O3, reference section 4); use the sequential schedule");
+  if (pattern.mtp_depths > 0 && plan.pp > 1)
+    fail("MTP depths ('/" + pattern.mtp + "') with pp " + std::to_string(plan.pp) +
+         " are not run by the executor yet (the last stage would need a copy of the embedding); use pp 1");
   if (plan.dp != plan.ep)
     fail("the executor runs DP = EP (every rank holds a shard of the experts); got dp " + std::to_string(plan.dp) +
          ", ep " + std::to_string(plan.ep));
   if (plan.pp < 1 || plan.vpp < 1 || plan.global_ranks() != plan.pp * plan.dp)
     fail("plan has " + std::to_string(plan.global_ranks()) + " ranks for pp " + std::to_string(plan.pp) + " x dp " +
          std::to_string(plan.dp));
-  if (patterns::flatten(patterns::parse(plan.pattern)).flattened_symbols() != pattern.flattened_symbols() ||
-      patterns::parse(plan.pattern).logical_count() != pattern.logical_count())
+  const auto planned = patterns::parse(plan.pattern);
+  if (patterns::flatten(planned).flattened_symbols() != pattern.flattened_symbols() ||
+      planned.logical_count() != pattern.logical_count() || planned.mtp != pattern.mtp ||
+      planned.mtp_depths != pattern.mtp_depths)
     fail("plan was built for pattern '" + plan.pattern + "', not '" + pattern.text + "'");
-  const bool has_moe = pattern.flattened_symbols().find('E') != std::string::npos;
+  const bool has_moe = pattern.flattened_symbols().find('E') != std::string::npos ||
+                       (pattern.mtp_depths > 0 && pattern.mtp.find('E') != std::string::npos);
   if (has_moe && cfg.num_experts % plan.ep != 0)
     fail(std::to_string(cfg.num_experts) + " experts do not divide over EP " + std::to_string(plan.ep));
   options.link.validate();
@@ -682,7 +921,7 @@ Executor::Executor(const patterns::ParsedPattern& pattern, const ModelConfig& cf
   im.options = options;
   im.nranks = im.plan.global_ranks();
   im.local_experts = has_moe ? cfg.num_experts / im.plan.ep : 0;
-  im.stages = read_layout(im.plan, pattern.logical_count());
+  im.stages = read_layout(im.plan, pattern.logical_count(), pattern.mtp_depths);
   for (int r = 0; r < im.nranks; ++r) im.models.push_back(im.build_rank(seed, im.at(r)));
   im.adam.resize(static_cast<std::size_t>(im.nranks));
 }
@@ -801,19 +1040,24 @@ bool Executor::owns(int rank, const std::string& canonical) const {
   const RankModel& m = im.models.at(static_cast<std::size_t>(rank));
   if (canonical == "embedding.word_embeddings.weight") return m.first;
   if (canonical == "decoder.final_norm.weight" || canonical == "output_layer.weight") return m.last;
-  // "layers.<physical>.<...>": held when the logical layer of that physical layer is.
-  const std::string head = "layers.";
-  if (canonical.rfind(head, 0) != 0) return false;
-  int phys = 0;
-  try {
-    phys = std::stoi(canonical.substr(head.size()));
-  } catch (const std::exception&) {
-    return false;
+  // "mtp.layers.<depth>.<...>": held by the last stage. "layers.<physical>.<...>": held when
+  // the logical layer of that physical layer is.
+  const std::string mtp_head = "mtp.layers.", head = "layers.";
+  if (canonical.rfind(mtp_head, 0) == 0) {
+    if (!m.last || m.mtp.empty()) return false;
+  } else {
+    if (canonical.rfind(head, 0) != 0) return false;
+    int phys = 0;
+    try {
+      phys = std::stoi(canonical.substr(head.size()));
+    } catch (const std::exception&) {
+      return false;
+    }
+    bool held = false;
+    for (const auto& layer : m.layers)
+      for (const auto& b : layer.blocks) held |= b.physical == phys;
+    if (!held) return false;
   }
-  bool held = false;
-  for (const auto& layer : m.layers)
-    for (const auto& b : layer.blocks) held |= b.physical == phys;
-  if (!held) return false;
   const std::string tag = "mlp.experts.local_experts.";
   auto pos = canonical.find(tag);
   if (pos == std::string::npos || im.local_experts == 0) return true;
@@ -846,6 +1090,18 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
     }
   }
   const float weight = static_cast<float>(1.0 / tokens);
+  // MTP depth d: mtp_loss_scaling / depths over the step's valid positions (those with a token
+  // d + 1 ahead), in HybridModel's float arithmetic, so one rank with one microbatch gives its
+  // bits and any split of the same global batch the same weight.
+  const int depths = im.pattern.mtp_depths;
+  std::vector<float> mtp_weight(static_cast<std::size_t>(depths), 0.0f);
+  for (int d = 0; d < depths; ++d) {
+    long valid = 0;
+    for (const auto& rb : batches)
+      for (const auto& b : rb) valid += static_cast<long>(b.tokens.dim(0)) * std::max(0, b.tokens.dim(1) - (d + 1));
+    if (valid > 0)
+      mtp_weight[static_cast<std::size_t>(d)] = im.cfg.mtp_loss_scaling / static_cast<float>(depths) / static_cast<float>(valid);
+  }
 
   runtime::CpuWorldOptions wo;
   wo.ranks = im.nranks;
@@ -881,15 +1137,19 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
         auto& model_layers = im.models[static_cast<std::size_t>(r)].layers;
         for (std::size_t l = 0; l < cs.layers.size(); ++l)
           if (lo.holds[l] && im.stages.layer_vp[l] == vp) cs.layers[l] = im.new_layer_state(model_layers[l]);
+        if (lo.last && vp == vpp - 1) {
+          for (auto& md : im.models[static_cast<std::size_t>(r)].mtp) cs.mtp.push_back(im.new_mtp_state(md));
+          cs.mtp_weight = mtp_weight;
+        }
       }
     }
   }
   // A slot whose weight gradients the plan does not delay (no W node: e.g. a lone 'E', whose
   // router and norm gradients Megatron computes in the backward itself) adds its staged
   // gradients right after its backward.
-  std::set<std::tuple<int, int, int, Slot>> has_w;  // (rank, microbatch, layer, slot)
+  std::set<std::tuple<int, int, bool, int, Slot>> has_w;  // (rank, microbatch, mtp, layer, slot)
   for (const auto& n : im.plan.nodes)
-    if (n.phase == Phase::Weight) has_w.insert({n.rank, n.microbatch, n.layer, n.slot});
+    if (n.phase == Phase::Weight) has_w.insert({n.rank, n.microbatch, n.mtp, n.layer, n.slot});
 
   world.run([&](runtime::RankContext& ctx) {
     const int r = ctx.rank;
@@ -916,6 +1176,7 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
           auto params = list_params(m);
           for (auto& p : params)
             if (p.expert < 0) buf.insert(buf.end(), p.grad->data.begin(), p.grad->data.end());
+          runtime::mark_span_cpu("pre_cpu_us");
           dp_comm.all_reduce_sum(buf.data(), buf.size(), "gradient all-reduce");
           std::size_t at = 0;
           for (auto& p : params)
@@ -931,8 +1192,19 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
                           "executor: node " + node.label() + " names microbatch " + std::to_string(node.microbatch));
       ChunkState& cs =
           chunks[static_cast<std::size_t>(r)][static_cast<std::size_t>(node.microbatch)][static_cast<std::size_t>(node.vp_stage)];
-      LogicalLayer* layer = node.layer >= 0 ? &m.layers.at(static_cast<std::size_t>(node.layer)) : nullptr;
-      LayerState* ls = node.layer >= 0 ? &cs.layers.at(static_cast<std::size_t>(node.layer)) : nullptr;
+      // An MTP depth's dispatch, mlp and combine are its inner layer's; pre_dispatch and mtp_post
+      // add the depth's own work around it.
+      LogicalLayer* layer = nullptr;
+      LayerState* ls = nullptr;
+      const int depth = node.mtp ? node.layer : -1;
+      if (node.mtp) {
+        layer = &m.mtp.at(static_cast<std::size_t>(depth)).layer;
+        ls = &cs.mtp.at(static_cast<std::size_t>(depth)).inner;
+      } else if (node.layer >= 0) {
+        layer = &m.layers.at(static_cast<std::size_t>(node.layer));
+        ls = &cs.layers.at(static_cast<std::size_t>(node.layer));
+      }
+      const bool delayed = has_w.count({r, node.microbatch, node.mtp, node.layer, node.slot}) > 0;
       if ((node.slot == Slot::Dispatch || node.slot == Slot::Combine) && (!layer || !layer->moe()))
         throw EngineError(ErrorCode::BadConfig, "executor: node " + node.label() + " is a comm node of a dense layer");
       if (node.layer < 0 && node.slot != Slot::PreProcess && node.slot != Slot::PostProcess && node.slot != Slot::PipeSend &&
@@ -949,18 +1221,35 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
           else work = [&im, &m, &cs] { im.post_process_backward(m, cs); };
           break;
         case Slot::PreDispatch:
+          if (node.mtp) {
+            if (node.phase == Phase::Forward) work = [&im, &m, depth, &cs] { im.mtp_pre_dispatch_forward(m, depth, cs); };
+            else if (node.phase == Phase::Backward)
+              work = [&im, &m, depth, &cs, delayed] {
+                im.mtp_pre_dispatch_backward(m, depth, cs);
+                if (!delayed) im.mtp_pre_dispatch_weight(m, depth, cs);
+              };
+            else work = [&im, &m, depth, &cs] { im.mtp_pre_dispatch_weight(m, depth, cs); };
+            break;
+          }
           if (node.phase == Phase::Forward) work = [&im, layer, ls, &cs] { im.pre_dispatch_forward(*layer, *ls, cs); };
           else if (node.phase == Phase::Backward)
-            work = [&im, layer, ls, &cs, delayed = has_w.count({r, node.microbatch, node.layer, node.slot}) > 0] {
+            work = [&im, layer, ls, &cs, delayed] {
               im.pre_dispatch_backward(*layer, *ls, cs);
               if (!delayed) im.pre_dispatch_weight(*layer, *ls);
             };
           else work = [&im, layer, ls] { im.pre_dispatch_weight(*layer, *ls); };
           break;
+        case Slot::MtpPost:
+          if (!node.mtp)
+            throw EngineError(ErrorCode::BadConfig, "executor: node " + node.label() + " is mtp_post of a decoder layer");
+          // The final norm's weight gradient is never delayed (the slot has no W node).
+          if (node.phase == Phase::Forward) work = [&im, &m, depth, &cs] { im.mtp_post_forward(m, depth, cs); };
+          else if (node.phase == Phase::Backward) work = [&im, &m, depth, &cs] { im.mtp_post_backward(m, depth, cs); };
+          break;
         case Slot::Mlp:
           if (node.phase == Phase::Forward) work = [&im, layer, ls, &cs, ep] { im.mlp_forward_slot(*layer, *ls, cs, ep); };
           else if (node.phase == Phase::Backward)
-            work = [&im, layer, ls, &cs, ep, delayed = has_w.count({r, node.microbatch, node.layer, node.slot}) > 0] {
+            work = [&im, layer, ls, &cs, ep, delayed] {
               im.mlp_backward_slot(*layer, *ls, cs, ep);
               if (!delayed) im.mlp_weight(*layer, *ls, ep);
             };
@@ -1027,7 +1316,8 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
   });
 
   // Losses per (DP rank, microbatch), summed as the single-stage run sums them: router losses
-  // in layer order (from whichever stage holds the layer), then the main loss of the last stage.
+  // in layer order (from whichever stage holds the layer, MTP depths last), then the main loss
+  // of the last stage, then the MTP depths' losses (HybridModel's LossBreakdown::total).
   StepResult result;
   result.loss.assign(static_cast<std::size_t>(dp), std::vector<double>(static_cast<std::size_t>(mbs), 0.0));
   for (int d = 0; d < dp; ++d)
@@ -1040,9 +1330,14 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
         if (ls.moe) aux += static_cast<double>(ls.moe->routing.aux_loss) + static_cast<double>(ls.moe->routing.z_loss);
       }
       const auto last = static_cast<std::size_t>(im.rank_of(pp - 1, d));
-      const double main = chunks[last][static_cast<std::size_t>(mb)][static_cast<std::size_t>(vpp - 1)].loss;
-      result.loss[static_cast<std::size_t>(d)][static_cast<std::size_t>(mb)] = main + aux;
-      result.total += main + aux;
+      const ChunkState& head = chunks[last][static_cast<std::size_t>(mb)][static_cast<std::size_t>(vpp - 1)];
+      for (const auto& ms : head.mtp)
+        if (const MoeState* st = ms.inner.moe.get())
+          aux += static_cast<double>(st->routing.aux_loss) + static_cast<double>(st->routing.z_loss);
+      double total = head.loss + aux;
+      for (const auto& ms : head.mtp) total += ms.loss;
+      result.loss[static_cast<std::size_t>(d)][static_cast<std::size_t>(mb)] = total;
+      result.total += total;
     }
   result.timeline = world.timeline();
   result.timeline.source = "engine";

@@ -1,7 +1,7 @@
 // rapidcheck generators for the engine's equivalence properties: model configs small enough that
 // one executor step takes milliseconds, patterns the CPU executor runs (engine-supported symbols,
-// groups the overlap can split, no pipes, no MTP), and an EngineCase bundling both with EP size,
-// microbatch count, batch shape and seeds. Needs ht_engine.
+// groups the overlap can split, no pipes, MTP depths only where asked), and an EngineCase
+// bundling both with EP size, microbatch count, batch shape and seeds. Needs ht_engine.
 #pragma once
 
 #include <rapidcheck.h>
@@ -97,6 +97,23 @@ inline rc::Gen<std::string> engine_pattern(bool overlap = false) {
     for (const auto& it : items) out += it;
     return out.find('E') == std::string::npos ? out + "E" : out;
   });
+}
+
+// Optional MTP depths for a generated pattern: none half of the time, else 1 or 2 depths of a
+// pattern the executor runs as one layer plan (MLP/MoE last). Symbols of neither attention
+// family, so any main pattern takes them (rule R2).
+inline rc::Gen<std::string> engine_mtp_suffix() {
+  return rc::gen::weightedOneOf<std::string>(
+      {{4, rc::gen::just(std::string())},
+       {3, rc::gen::element<std::string>("/E", "/ME", "/GE", "/M-", "/-", "/M")},
+       {1, rc::gen::element<std::string>("/E/E", "/ME/ME", "/G-/G-")}});
+}
+
+// Patterns as engine_pattern(false), sometimes with MTP depths: for the properties whose
+// schedules hybrid MTP may use (sequential, PP = 1; never the overlap, rule O3).
+inline rc::Gen<std::string> engine_pattern_with_mtp() {
+  return rc::gen::map(rc::gen::tuple(engine_pattern(false), engine_mtp_suffix()),
+                      [](const std::tuple<std::string, std::string>& t) { return std::get<0>(t) + std::get<1>(t); });
 }
 
 // EP in {1, 2, 4} (the experts divide evenly), 1-3 microbatches of 1-2 sequences of 4-8 tokens.

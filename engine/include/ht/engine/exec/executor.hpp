@@ -5,8 +5,14 @@
 //
 // Node boundaries detach tensors: each slot reads and writes per-(layer, microbatch) state, and a
 // tensor parked by one node for a later one (the residual of a MoE layer, the shared-expert
-// output, the routing with its combine weights) receives the gradient of every consumer before
-// its producer's backward runs, once, with the merged gradient.
+// output, the routing with its combine weights, the MTP hidden states) receives the gradient of
+// every consumer before its producer's backward runs, once, with the merged gradient.
+//
+// MTP depths (reference sections 3.2, 3.4) run as one layer plan each after the decoder layers
+// of the last chunk: the first depth's pre_dispatch applies the final norm and parks h_final for
+// the main head and its own hnorm; each depth's mtp_post parks its final-normed output for its
+// head (post_process, with the shared output layer) and the next depth. Hybrid MTP never runs
+// overlapped (rule O3).
 //
 // Weight gradients: every backward computes its parameter gradients into a per-(layer,
 // microbatch) staging buffer; the slot's weight-gradient step adds the staging buffer into the
@@ -21,7 +27,8 @@
 // as with PP = 1, so PP = k (with or without VPP, sequential or interleaved 1F1B) equals PP = 1
 // bit for bit: loss, gradients, and parameters after optimizer steps.
 //
-// Scope today: DP = EP (every rank holds num_experts / EP experts), no MTP depths.
+// Scope today: DP = EP (every rank holds num_experts / EP experts); MTP depths with PP = 1 only
+// (with PP > 1 the last stage would need its own copy of the embedding).
 #pragma once
 
 #include <cstdint>
@@ -45,12 +52,16 @@ struct ExecutorOptions {
   // Test-only fault injection: the parked residual of MoE layers drops the gradient that the
   // combine node sends it, so merged gradients are incomplete. Equivalence tests must catch it.
   bool test_drop_residual_grad = false;
+  // Test-only: a parked MTP hidden state (h_final, or a depth's output) drops the gradient of
+  // the depth that read it, keeping only its head's.
+  bool test_drop_mtp_grad = false;
 };
 
 struct StepResult {
   // loss[dp_rank][microbatch]: the main-head loss contribution of that microbatch, already
   // weighted by 1 / (tokens of the whole step over all ranks), plus its router losses (of every
-  // pipeline stage, in layer order). With PP = 1, dp_rank = rank.
+  // pipeline stage, in layer order), plus its MTP depths' losses (each weighted by
+  // mtp_loss_scaling / depths / (valid positions of the whole step)). With PP = 1, dp_rank = rank.
   std::vector<std::vector<double>> loss;
   double total = 0;  // sum over ranks and microbatches
   traces::Timeline timeline;
@@ -62,8 +73,9 @@ schedule::ModelDims schedule_dims(const ModelConfig& cfg, int micro_batch, int s
 
 class Executor {
  public:
-  // Throws EngineError when the plan does not fit the pattern (layers, ranks, stages) or asks
-  // for what the executor does not run yet (DP != EP, MTP).
+  // Throws EngineError when the plan does not fit the pattern (layers, ranks, stages), overlaps
+  // hybrid MTP (rule O3) or asks for what the executor does not run yet (DP != EP, MTP with
+  // PP > 1).
   Executor(const patterns::ParsedPattern& pattern, const ModelConfig& cfg, std::uint64_t seed,
            schedule::Plan plan, ExecutorOptions options = {});
   ~Executor();

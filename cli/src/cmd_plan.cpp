@@ -92,7 +92,7 @@ void print_summary(const hs::Plan& plan, int show) {
 int run(const PlanArgs& a) {
   const auto parsed = ht::patterns::parse(a.pattern);
   const hs::ModelDims dims = a.model.resolve();
-  const hs::Plan plan = hs::build_plan(parsed, dims, a.parallel, a.schedule.resolve(a.parallel));
+  const hs::Plan plan = hs::build_plan(parsed, dims, a.parallel, a.schedule.resolve(a.parallel, parsed.mtp_depths));
   if (!a.output.empty()) {
     hs::save_plan(a.output, plan);
     std::cerr << "wrote " << a.output << " (" << plan.nodes.size() << " nodes, " << plan.ranks.size()

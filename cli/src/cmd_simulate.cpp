@@ -329,7 +329,7 @@ int run(const SimulateArgs& a) {
   s.pattern = a.pattern;
   s.dims = a.model.resolve();
   s.parallel = a.parallel;
-  s.options = a.schedule.resolve(a.parallel);
+  s.options = a.schedule.resolve(a.parallel, ht::patterns::parse(a.pattern).mtp_depths);
   s.platform = sim::parse_platform(a.platform);
   if (!a.costs_file.empty()) s.costs = sim::load_costs_file(a.costs_file);
   for (const auto& kv : a.cost_overrides) {

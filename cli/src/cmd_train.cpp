@@ -3,6 +3,7 @@
 // on stderr and a summary (or --json) on stdout; optionally writes and resumes checkpoints and
 // imports a GPT checkpoint.
 #include <chrono>
+#include <deque>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -46,6 +47,7 @@ struct TrainArgs {
   ScheduleFlags schedule_flags;
   double link_gbps = 0, link_latency_us = 0;
   std::string trace;
+  std::string trace_step = "median";
   bool executor_mode() const {
     return parallel.ep > 1 || parallel.pp > 1 || parallel.vpp > 0 || parallel.microbatches > 1 ||
            schedule_flags.overlap_on || schedule_flags.overlap_off || schedule_flags.delay_on ||
@@ -55,7 +57,11 @@ struct TrainArgs {
 
 // Executor mode: --batch sequences per microbatch on each EP rank, --microbatches per step, so a
 // step sees ep * microbatches * batch sequences. The plan is the one `hybrid-twin plan` and
-// `simulate` build for the same flags; --trace writes the last step's measured timeline.
+// `simulate` build for the same flags; --trace writes one step's measured timeline: the median
+// step (by span) of the steps after the first, the last, or a given step. The first step pays first-touch page
+// faults and allocator growth (3-4x a later step); later single steps jitter by +-15 % on a
+// small shared machine, so a calibration or a comparison taken from the median step is the
+// representative one.
 int run_executor(TrainArgs a) {
   if (!a.resume.empty() || !a.checkpoint.empty() || !a.import_gpt.empty())
     throw UsageError("--checkpoint, --resume and --import-gpt train one model without the executor; drop --ep, "
@@ -63,7 +69,7 @@ int run_executor(TrainArgs a) {
   if (a.parallel.dp == 1) a.parallel.dp = a.parallel.ep;  // the executor runs DP = EP
   const std::string pattern_text = a.pattern.empty() ? "M*-E" : a.pattern;
   const auto parsed = patterns::parse(pattern_text);
-  const schedule::ScheduleOptions so = a.schedule_flags.resolve(a.parallel);
+  const schedule::ScheduleOptions so = a.schedule_flags.resolve(a.parallel, parsed.mtp_depths);
   const schedule::ModelDims dims = he::exec::schedule_dims(a.cfg, a.batch, a.seq);
   schedule::Plan plan = schedule::build_plan(parsed, dims, a.parallel, so);
   he::exec::ExecutorOptions eo;
@@ -85,7 +91,10 @@ int run_executor(TrainArgs a) {
 
   std::vector<double> losses, step_seconds;
   double seconds = 0;
-  traces::Timeline last;
+  // Timelines of the candidate steps for --trace-step median (all but the first; the latest 63
+  // when a run is longer, to bound memory), or only the last.
+  std::deque<std::pair<int, traces::Timeline>> kept;
+  traces::OverlapSummary last_summary;
   const std::int64_t per_step = static_cast<std::int64_t>(data_ranks) * mbs;
   for (int i = 0; i < a.steps; ++i) {
     std::vector<std::vector<he::Batch>> batches(static_cast<std::size_t>(data_ranks));
@@ -101,20 +110,40 @@ int run_executor(TrainArgs a) {
     seconds += dt;
     step_seconds.push_back(dt);
     losses.push_back(res.total);
-    last = std::move(res.timeline);
+    last_summary = traces::summarize(res.timeline);
+    if (a.trace_step == "median") {
+      if (i > 0 || a.steps == 1) kept.emplace_back(i, std::move(res.timeline));
+      if (kept.size() > 63) kept.pop_front();
+    } else if (a.trace_step == "last" || std::to_string(i + 1) == a.trace_step) {
+      kept.clear();
+      kept.emplace_back(i, std::move(res.timeline));
+    }
     if (!a.quiet)
       std::cerr << "step " << std::setw(5) << i + 1 << "  loss " << std::fixed << std::setprecision(4) << losses.back()
                 << "  |g| " << std::setprecision(3) << gnorm << "  " << std::setprecision(1) << dt * 1e3 << " ms  "
                 << std::setprecision(0) << static_cast<double>(per_step) * a.batch * a.seq / dt << " tok/s\n"
                 << std::defaultfloat;
   }
-  last.metadata["model_dims"] = schedule::model_dims_to_json(dims);
-  last.metadata["ep"] = std::to_string(a.parallel.ep);
-  last.metadata["microbatches"] = std::to_string(mbs);
-  last.metadata["overlap"] = so.overlap ? "true" : "false";
-  last.metadata["delay_wgrad"] = so.delay_wgrad ? "true" : "false";
-  if (!a.trace.empty() && a.steps > 0) traces::write_chrome_trace(last, a.trace);
-  const traces::OverlapSummary sum = traces::summarize(last);
+  // The traced step: the kept step whose span is the median (the lower middle of an even count).
+  std::vector<std::pair<double, std::size_t>> by_span;
+  for (std::size_t k = 0; k < kept.size(); ++k) by_span.emplace_back(traces::summarize(kept[k].second).span_s, k);
+  std::sort(by_span.begin(), by_span.end());
+  traces::Timeline traced;
+  int traced_index = -1;
+  if (!by_span.empty()) {
+    auto& chosen = kept[by_span[(by_span.size() - 1) / 2].second];
+    traced_index = chosen.first;
+    traced = std::move(chosen.second);
+  }
+  traced.metadata["model_dims"] = schedule::model_dims_to_json(dims);
+  traced.metadata["ep"] = std::to_string(a.parallel.ep);
+  traced.metadata["microbatches"] = std::to_string(mbs);
+  traced.metadata["overlap"] = so.overlap ? "true" : "false";
+  traced.metadata["delay_wgrad"] = so.delay_wgrad ? "true" : "false";
+  traced.metadata["step"] = std::to_string(traced_index + 1);
+  traced.metadata["step_choice"] = a.trace_step;
+  if (!a.trace.empty() && a.steps > 0) traces::write_chrome_trace(traced, a.trace);
+  const traces::OverlapSummary sum = traces::summarize(traced);
   const double tokens_per_s = seconds > 0 ? static_cast<double>(a.steps * per_step) * a.batch * a.seq / seconds : 0.0;
   const double final_loss = losses.empty() ? 0.0 : losses.back();
   if (a.json_out) {
@@ -129,11 +158,18 @@ int run_executor(TrainArgs a) {
                         {"step_seconds", step_seconds}, {"tokens_per_s", tokens_per_s},
                         {"seconds", seconds},         {"link_gbps", a.link_gbps},
                         {"link_latency_us", a.link_latency_us},
-                        {"last_step", {{"span_s", sum.span_s},
-                                       {"compute_busy_s", sum.compute_busy_s},
-                                       {"comm_busy_s", sum.comm_busy_s},
-                                       {"comm_exposed_s", sum.comm_exposed_s},
-                                       {"hidden_fraction", sum.hidden_fraction}}},
+                        {"last_step", {{"span_s", last_summary.span_s},
+                                       {"compute_busy_s", last_summary.compute_busy_s},
+                                       {"comm_busy_s", last_summary.comm_busy_s},
+                                       {"comm_exposed_s", last_summary.comm_exposed_s},
+                                       {"hidden_fraction", last_summary.hidden_fraction}}},
+                        {"traced_step", {{"step", traced_index + 1},
+                                         {"choice", a.trace_step},
+                                         {"span_s", sum.span_s},
+                                         {"compute_busy_s", sum.compute_busy_s},
+                                         {"comm_busy_s", sum.comm_busy_s},
+                                         {"comm_exposed_s", sum.comm_exposed_s},
+                                         {"hidden_fraction", sum.hidden_fraction}}},
                         {"config", he::config_to_json(a.cfg)}};
     if (!a.trace.empty()) j["trace"] = a.trace;
     std::cout << j.dump(2) << "\n";
@@ -145,7 +181,8 @@ int run_executor(TrainArgs a) {
     if (!losses.empty())
       std::cout << "loss         " << std::fixed << std::setprecision(4) << losses.front() << " -> " << final_loss << "\n"
                 << "tokens/s     " << std::setprecision(0) << tokens_per_s << "\n"
-                << "last step    " << std::setprecision(2) << sum.span_s * 1e3 << " ms, all-to-all "
+                << (a.trace_step == "median" && a.steps > 1 ? "median step  " : "last step    ")
+                << std::setprecision(2) << sum.span_s * 1e3 << " ms, all-to-all "
                 << sum.comm_busy_s * 1e3 << " ms busy, " << sum.comm_exposed_s * 1e3 << " ms exposed, hidden "
                 << std::setprecision(1) << sum.hidden_fraction * 100 << " %\n"
                 << std::defaultfloat;
@@ -156,6 +193,8 @@ int run_executor(TrainArgs a) {
 
 int run(TrainArgs a) {
   if (a.steps < 0) throw UsageError("--steps must be >= 0");
+  if (a.trace_step != "median" && a.trace_step != "last" && std::stoll(a.trace_step) > a.steps)
+    throw UsageError("--trace-step " + a.trace_step + " is past the last step (" + std::to_string(a.steps) + ")");
   if (a.executor_mode()) return run_executor(std::move(a));
   he::AdamWState<float> state;
   std::int64_t start_step = 0;
@@ -270,7 +309,21 @@ const Registration reg{{
           ->check(CLI::NonNegativeNumber)->group(x);
       sub.add_option("--link-latency-us", a->link_latency_us, "latency per message in microseconds (0 = none)")
           ->check(CLI::NonNegativeNumber)->group(x);
-      sub.add_option("--trace", a->trace, "write the last step's measured timeline as Chrome-trace JSON")->group(x);
+      sub.add_option("--trace", a->trace, "write one step's measured timeline as Chrome-trace JSON")->group(x);
+      sub.add_option("--trace-step", a->trace_step,
+                     "which step --trace writes (and the summary reports): the median step after the first, the "
+                     "last, or step N (1-based; the same N in two runs of one seed sees the same data)")
+          ->check(CLI::Validator(
+              [](std::string& v) -> std::string {
+                if (v == "median" || v == "last") return "";
+                if (!v.empty() && v.size() < 10 && v.find_first_not_of("0123456789") == std::string::npos && v != "0" &&
+                    v.front() != '0')
+                  return "";
+                return "expected median, last or a step number, got '" + v + "'";
+              },
+              "median|last|N"))
+          ->capture_default_str()
+          ->group(x);
       const char* g = "Model dimensions";
       sub.add_option("--hidden", c.hidden, "hidden size")->check(CLI::PositiveNumber)->capture_default_str()->group(g);
       sub.add_option("--heads", c.num_heads, "attention heads")->check(CLI::PositiveNumber)->capture_default_str()->group(g);

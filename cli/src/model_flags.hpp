@@ -71,11 +71,14 @@ struct ScheduleFlags {
   schedule::ScheduleOptions options;
   bool overlap_on = false, overlap_off = false, delay_on = false, delay_off = false;
 
-  schedule::ScheduleOptions resolve(const schedule::ParallelConfig& config) const {
+  // Overlap defaults to on when ep > 1, except for patterns with MTP depths: hybrid MTP never
+  // overlaps (reference section 4, rule O3), so their default is the sequential schedule and
+  // only an explicit --overlap meets the rule's error.
+  schedule::ScheduleOptions resolve(const schedule::ParallelConfig& config, int mtp_depths = 0) const {
     if (overlap_on && overlap_off) throw UsageError("--overlap and --no-overlap contradict each other");
     if (delay_on && delay_off) throw UsageError("--delay-wgrad and --no-delay-wgrad contradict each other");
     schedule::ScheduleOptions o = options;
-    o.overlap = overlap_on || (!overlap_off && config.ep > 1);
+    o.overlap = overlap_on || (!overlap_off && config.ep > 1 && mtp_depths == 0);
     o.delay_wgrad = delay_on || (!delay_off && o.overlap);
     return o;
   }
@@ -86,7 +89,7 @@ struct ScheduleFlags {
 inline void add_overlap_flags(CLI::App& sub, ScheduleFlags& flags) {
   const char* group = "Schedule";
   sub.add_flag("--overlap", flags.overlap_on,
-               "combined 1F1B with EP all-to-all overlap (default: on when ep > 1)")
+               "combined 1F1B with EP all-to-all overlap (default: on when ep > 1 and the pattern has no MTP)")
       ->group(group);
   sub.add_flag("--no-overlap", flags.overlap_off, "sequential schedule")->group(group);
   sub.add_flag("--delay-wgrad", flags.delay_on,

@@ -1106,6 +1106,7 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
   runtime::CpuWorldOptions wo;
   wo.ranks = im.nranks;
   wo.link = im.options.link;
+  wo.comm_realtime = im.options.comm_realtime;
   runtime::CpuWorld world(wo);
   // Per pipeline stage one EP group (all-to-alls) and one DP group (gradient all-reduce) over
   // its DP ranks (DP = EP: the same members, separate call sequences); one group of all ranks

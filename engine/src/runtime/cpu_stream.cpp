@@ -51,16 +51,16 @@ CpuStream::CpuStream(int device, int id, TraceRecorder* recorder, StreamErrorHoo
       on_error_(std::move(on_error)) {
   if (recorder_) recorder_->add_stream(traces::StreamInfo{device_, id_, name_, role_});
   thread_ = std::thread([this] { run(); });
-  if (id_ == kCommStream) {
-    // Comm streams run at real-time priority where the OS allows it (root or CAP_SYS_NICE), the
-    // CPU counterpart of Megatron's high-priority comm stream: a comm thread woken by a finished
-    // transfer preempts compute at once instead of waiting for a time slice, which on a machine
-    // with fewer cores than stream threads is what lets the all-to-all overlap compute. Where
-    // the OS refuses, the stream keeps normal priority; realtime() tells which.
-    sched_param sp{};
-    sp.sched_priority = 1;
-    realtime_ = pthread_setschedparam(thread_.native_handle(), SCHED_FIFO, &sp) == 0;
-  }
+}
+
+bool CpuStream::request_realtime() {
+  // SCHED_FIFO priority 1: the stream's thread preempts normal threads as soon as it is woken
+  // (a finished transfer, a recorded event) instead of waiting for a time slice. Granted to root
+  // or CAP_SYS_NICE; refused silently otherwise.
+  sched_param sp{};
+  sp.sched_priority = 1;
+  realtime_ = pthread_setschedparam(thread_.native_handle(), SCHED_FIFO, &sp) == 0;
+  return realtime_;
 }
 
 CpuStream::~CpuStream() {

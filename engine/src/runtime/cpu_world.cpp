@@ -63,7 +63,9 @@ CpuWorld::CpuWorld(CpuWorldOptions options)
   recorder_.set_metadata("ranks", std::to_string(options_.ranks));
   recorder_.set_metadata("host.cores", std::to_string(usable_cpus()));
   // Whether every comm stream runs ahead of compute on the shared cores (platform comm_priority).
-  const bool realtime = std::all_of(comm_.begin(), comm_.end(), [](const auto& s) { return s->realtime(); });
+  bool realtime = options_.comm_realtime;
+  if (realtime)
+    for (auto& s : comm_) realtime = s->request_realtime() && realtime;
   recorder_.set_metadata("host.comm_priority", realtime ? "realtime" : "normal");
   std::map<std::string, std::string> link;
   options_.link.write_metadata(link);

@@ -49,6 +49,7 @@ namespace ht::engine::exec {
 
 struct ExecutorOptions {
   runtime::LinkModel link;  // throttle of the in-process transport; off by default
+  bool comm_realtime = true;  // runtime::CpuWorldOptions::comm_realtime
   // Test-only fault injection: the parked residual of MoE layers drops the gradient that the
   // combine node sends it, so merged gradients are incomplete. Equivalence tests must catch it.
   bool test_drop_residual_grad = false;

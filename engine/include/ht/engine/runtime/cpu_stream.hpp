@@ -41,8 +41,9 @@ class CpuStream final : public Stream {
   int device() const override { return device_; }
   int id() const override { return id_; }
   const std::string& name() const { return name_; }
-  // A comm stream whose thread got real-time priority (cpu_stream.cpp says why); false for
-  // compute streams and where the OS refused.
+  // Asks the OS to run this stream's thread at real-time priority; false where it refuses
+  // (no root / CAP_SYS_NICE). realtime() tells whether it was granted.
+  bool request_realtime();
   bool realtime() const { return realtime_; }
 
   // Bookkeeping item for events: runs even after a failure and is told whether the stream has

@@ -20,6 +20,11 @@ namespace ht::engine::runtime {
 struct CpuWorldOptions {
   int ranks = 1;
   LinkModel link;  // throttle of the transport; off by default
+  // Comm streams at real-time priority where the OS allows it, the CPU counterpart of Megatron's
+  // high-priority comm stream: a comm thread woken by a finished transfer preempts compute at
+  // once. On 2 cores this makes the engine's timing follow the twin's model more closely, but
+  // hides less all-to-all than normal priority (README, overlap benchmark), so it is a switch.
+  bool comm_realtime = true;
   std::chrono::milliseconds timeout = kDefaultDeadlockTimeout;  // collectives and event waits
 };
 

@@ -86,15 +86,6 @@ struct MtpDepth {
   CrossEntropyCache<T> ce;
 };
 
-// roll(x, -1) along time with the freed last position set to 0 (Megatron's roll_tensor).
-Tensor<int> roll_left(const Tensor<int>& x) {
-  Tensor<int> y(x.shape);
-  const int b = x.dim(0), t = x.dim(1);
-  for (int i = 0; i < b; ++i)
-    for (int j = 0; j + 1 < t; ++j) y[static_cast<std::size_t>(i * t + j)] = x[static_cast<std::size_t>(i * t + j + 1)];
-  return y;
-}
-
 }  // namespace
 
 template <class T>
@@ -122,6 +113,14 @@ std::string unsupported_symbols(const patterns::ParsedPattern& pattern) {
              ") is not implemented in the engine (supported: M G * W + - E)";
   }
   return "";
+}
+
+Tensor<int> roll_left(const Tensor<int>& x) {
+  Tensor<int> y(x.shape);
+  const int b = x.dim(0), t = x.dim(1);
+  for (int i = 0; i < b; ++i)
+    for (int j = 0; j + 1 < t; ++j) y[static_cast<std::size_t>(i * t + j)] = x[static_cast<std::size_t>(i * t + j + 1)];
+  return y;
 }
 
 template <class T>

@@ -56,16 +56,6 @@ Tf ones(int n) {
   return t;
 }
 
-// roll(x, -1) along time with the freed last position set to 0 (Megatron's roll_tensor, as
-// HybridModel rolls the MTP inputs).
-Tensor<int> roll_left(const Tensor<int>& x) {
-  Tensor<int> y(x.shape);
-  const int b = x.dim(0), t = x.dim(1);
-  for (int i = 0; i < b; ++i)
-    for (int j = 0; j + 1 < t; ++j) y[static_cast<std::size_t>(i * t + j)] = x[static_cast<std::size_t>(i * t + j + 1)];
-  return y;
-}
-
 // Spans over whole vectors, for the sized all_to_all_v.
 template <class T, class V>
 std::vector<std::span<T>> spans_of(V& vectors) {

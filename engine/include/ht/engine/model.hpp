@@ -27,6 +27,10 @@ struct Batch {
   Tensor<int> targets;  // (B, T): targets[b, t] is the token after tokens[b, t]
 };
 
+// roll(x, -1) along time with the freed last position set to 0 (Megatron's roll_tensor): the
+// inputs and targets of each MTP depth are its predecessor's, rolled. (B, T) -> (B, T).
+Tensor<int> roll_left(const Tensor<int>& x);
+
 // Every term of the training loss of one forward (all already scaled as they enter the total).
 struct LossBreakdown {
   double total = 0;               // lm + sum(mtp) + aux + z: what backward differentiates

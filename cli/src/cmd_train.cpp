@@ -20,6 +20,7 @@
 #include "ht/schedule/build.hpp"
 #include "ht/traces/chrome.hpp"
 #include "ht/traces/overlap.hpp"
+#include "cuda_rows.hpp"
 #include "model_flags.hpp"
 
 namespace ht::cli {
@@ -42,10 +43,12 @@ struct TrainArgs {
   std::string import_gpt;
   bool json_out = false;
   bool quiet = false;
+  std::string backend = "cpu";
   // Executor mode (any of these set): the plan runs on EP ranks with the overlap executor.
   schedule::ParallelConfig parallel;
   ScheduleFlags schedule_flags;
   double link_gbps = 0, link_latency_us = 0;
+  std::string comm_priority = "realtime";
   std::string trace;
   std::string trace_step = "median";
   bool executor_mode() const {
@@ -75,6 +78,7 @@ int run_executor(TrainArgs a) {
   he::exec::ExecutorOptions eo;
   eo.link.bandwidth_gbps = a.link_gbps;
   eo.link.latency_us = a.link_latency_us;
+  eo.comm_realtime = a.comm_priority == "realtime";
   he::exec::Executor ex(parsed, a.cfg, a.seed, std::move(plan), eo);
   const int ranks = ex.ranks(), data_ranks = ex.data_ranks(), mbs = a.parallel.microbatches;
   const auto corpus = he::load_corpus(a.data);
@@ -192,6 +196,13 @@ int run_executor(TrainArgs a) {
 }
 
 int run(TrainArgs a) {
+  if (a.backend == "cuda") {
+    // Only the backend's operations exist on CUDA so far (engine/cuda); the layers and the
+    // executor run on the CPU. Say so rather than train on the CPU under a CUDA flag.
+    if (!cuda_usable_or_say_why()) return 2;
+    std::cerr << "hybrid-twin: training on the CUDA backend is not implemented yet (only `verify --backend cuda` runs on the GPU)\n";
+    return 2;
+  }
   if (a.steps < 0) throw UsageError("--steps must be >= 0");
   if (a.trace_step != "median" && a.trace_step != "last" && std::stoll(a.trace_step) > a.steps)
     throw UsageError("--trace-step " + a.trace_step + " is past the last step (" + std::to_string(a.steps) + ")");
@@ -302,11 +313,20 @@ const Registration reg{{
       sub.add_option("--import-gpt", a->import_gpt, "initialise attention/MLP layers from a GPT safetensors file");
       sub.add_flag("--json", a->json_out, "print one JSON object instead of the summary");
       sub.add_flag("--quiet", a->quiet, "no per-step progress on stderr");
+      sub.add_option("--backend", a->backend, "engine backend (cuda: not implemented for training yet)")
+          ->check(CLI::IsMember({"cpu", "cuda"}))
+          ->capture_default_str();
       add_parallel_flags(sub, a->parallel);
       add_overlap_flags(sub, a->schedule_flags);
       const char* x = "Executor (EP ranks as threads)";
       sub.add_option("--link-gbps", a->link_gbps, "throttle each rank's egress link to X GB/s (0 = off)")
           ->check(CLI::NonNegativeNumber)->group(x);
+      sub.add_option("--comm-priority", a->comm_priority,
+                     "comm stream threads at real-time priority where the OS allows it (root or CAP_SYS_NICE; "
+                     "the trace records what was granted), or normal")
+          ->check(CLI::IsMember({"realtime", "normal"}))
+          ->capture_default_str()
+          ->group(x);
       sub.add_option("--link-latency-us", a->link_latency_us, "latency per message in microseconds (0 = none)")
           ->check(CLI::NonNegativeNumber)->group(x);
       sub.add_option("--trace", a->trace, "write one step's measured timeline as Chrome-trace JSON")->group(x);

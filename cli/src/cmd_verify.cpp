@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.hpp"
+#include "cuda_rows.hpp"
 #include "ht/engine/exec/executor.hpp"
 #include "ht/engine/rng.hpp"
 #include "ht/patterns/pattern.hpp"
@@ -322,8 +323,7 @@ struct VerifyArgs {
 };
 
 int run(const VerifyArgs& a) {
-  if (a.backend != "cpu")
-    throw UsageError("backend '" + a.backend + "' is not available in this build (only 'cpu')");
+  if (a.backend == "cuda") return verify_cpu_vs_cuda(a.json_out);  // cuda_rows.cpp
   std::vector<Row> rows;
   for (const auto& vc : shipped_configs()) {
     std::cerr << "verify: " << vc.name << " '" << vc.pattern << "' ep " << vc.ep << ", " << vc.microbatches

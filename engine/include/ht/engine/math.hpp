@@ -27,7 +27,7 @@ template <class T> HT_HD inline T softplus_grad(T x) { return sigmoid(x); }
 
 }  // namespace ht::engine::math
 
-// ---- per-row helpers (a "row" is a contiguous run of n values; one GPU thread block per row) ----
+// ---- per-row helpers (a "row" is a contiguous run of n values; one GPU thread per row, keeping the CPU's order) ----
 namespace ht::engine::math {
 
 // Numerically stable softmax of one row, in place order: max, then exp-sum, then scale, each a

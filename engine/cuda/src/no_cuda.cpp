@@ -1,0 +1,20 @@
+// The CUDA entry points of a build without the CUDA backend (nvcc was not found, or
+// HT_ENABLE_CUDA=OFF): the probe says why, and nothing pretends to run on a GPU.
+#include <stdexcept>
+
+#include "ht/engine/cuda/compare.hpp"
+#include "ht/engine/cuda_probe.hpp"
+
+namespace ht::engine {
+
+CudaProbe cuda_probe() {
+  return CudaProbe{false, "this build has no CUDA backend (nvcc not found, or HT_ENABLE_CUDA=OFF, at configure time)", ""};
+}
+
+namespace cuda {
+std::vector<OpComparison> compare_cpu_vs_cuda(std::uint64_t, const CompareShape&) {
+  throw std::runtime_error("this build has no CUDA backend (nvcc not found, or HT_ENABLE_CUDA=OFF, at configure time)");
+}
+}  // namespace cuda
+
+}  // namespace ht::engine

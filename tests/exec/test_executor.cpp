@@ -140,6 +140,20 @@ std::map<std::string, engine::Tensor<float>> by_dp_rank(Executor& ex, bool grads
 
 bool same_double(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
+// The executor's parameters (one rank) against HybridModel's: same canonical names and keys, in
+// the same order, and the same bits in what is asked for.
+template <class P, class Q>
+void expect_same_params(const P& params, const Q& ref, bool values, bool grads) {
+  REQUIRE(params.size() == ref.size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    CAPTURE(ref[i].canonical);
+    REQUIRE(params[i].canonical == ref[i].canonical);
+    CHECK(params[i].key == ref[i].key);
+    if (values) CHECK(same_bits(*params[i].value, *ref[i].value));
+    if (grads) CHECK(same_bits(*params[i].grad, *ref[i].grad));
+  }
+}
+
 // Runs `steps` optimizer steps of the pipelined and the single-stage model on the same data and
 // checks losses, every gradient, the clipping norm and every parameter bit for bit.
 void expect_pipeline_equal(const std::string& piped, Layout l, int steps, std::uint64_t seed) {
@@ -183,15 +197,7 @@ TEST_CASE("executor with one rank and one microbatch equals the HybridModel bit 
     auto loss = model.forward(batches[0][0]);
     model.backward();
     CHECK(res.total == loss.total);
-    auto params = ex.parameters(0);
-    auto ref = model.parameters();
-    REQUIRE(params.size() == ref.size());
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      CAPTURE(ref[i].canonical);
-      REQUIRE(params[i].canonical == ref[i].canonical);
-      CHECK(same_bits(*params[i].value, *ref[i].value));
-      CHECK(same_bits(*params[i].grad, *ref[i].grad));
-    }
+    expect_same_params(ex.parameters(0), model.parameters(), true, true);
   }
 }
 
@@ -560,21 +566,11 @@ TEST_CASE("executor with one rank equals the HybridModel bit for bit on MTP patt
       REQUIRE(loss.mtp.size() == static_cast<std::size_t>(p.mtp_depths));
       CHECK(loss.mtp.front() > 0);
       CHECK(same_double(res.total, loss.total));
-      auto params = ex.parameters(0);
       auto ref = model.parameters();
-      REQUIRE(params.size() == ref.size());
-      for (std::size_t i = 0; i < params.size(); ++i) {
-        CAPTURE(ref[i].canonical);
-        REQUIRE(params[i].canonical == ref[i].canonical);
-        CHECK(params[i].key == ref[i].key);
-        CHECK(same_bits(*params[i].grad, *ref[i].grad));
-      }
+      expect_same_params(ex.parameters(0), ref, false, true);
       const double norm = ex.optimizer_step(opt);
       CHECK(same_double(norm, engine::adamw_step(opt, state, ref)));
-      for (std::size_t i = 0; i < params.size(); ++i) {
-        CAPTURE(ref[i].canonical);
-        CHECK(same_bits(*params[i].value, *ref[i].value));
-      }
+      expect_same_params(ex.parameters(0), model.parameters(), true, false);
     }
   }
 }

@@ -22,8 +22,8 @@ struct CpuWorldOptions {
   LinkModel link;  // throttle of the transport; off by default
   // Comm streams at real-time priority where the OS allows it, the CPU counterpart of Megatron's
   // high-priority comm stream: a comm thread woken by a finished transfer preempts compute at
-  // once. On 2 cores this makes the engine's timing follow the twin's model more closely, but
-  // hides less all-to-all than normal priority (README, overlap benchmark), so it is a switch.
+  // once. On 2 cores this gives the faster overlapped step (README, overlap benchmark); a
+  // non-root user or a loaded machine may want normal priority, so it is a switch.
   bool comm_realtime = true;
   std::chrono::milliseconds timeout = kDefaultDeadlockTimeout;  // collectives and event waits
 };

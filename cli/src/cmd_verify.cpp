@@ -96,13 +96,7 @@ schedule::Plan plan_for(const patterns::ParsedPattern& p, const ModelConfig& cfg
   return schedule::build_plan(p, engine::exec::schedule_dims(cfg, kBatch, kSeq), pc, so);
 }
 
-struct Row {
-  std::string pair, config;
-  double max_abs_diff = 0;
-  bool bitwise = false;
-  std::string verdict;  // pass | fail | skip
-  std::string note;
-};
+using Row = VerifyRow;  // cuda_rows.hpp
 
 // Compares the owned parameters (values or gradients) of two executors rank by rank, matching
 // experts by canonical name (EP sizes may differ: `b_rank_of` maps a rank of a to one of b).
@@ -324,6 +318,7 @@ struct VerifyArgs {
 
 int run(const VerifyArgs& a) {
   if (a.backend == "cuda") return verify_cpu_vs_cuda(a.json_out);  // cuda_rows.cpp
+  if (a.backend == "cuda-host") return verify_cuda_layers_on_host(a.json_out);
   std::vector<Row> rows;
   for (const auto& vc : shipped_configs()) {
     std::cerr << "verify: " << vc.name << " '" << vc.pattern << "' ep " << vc.ep << ", " << vc.microbatches
@@ -331,23 +326,7 @@ int run(const VerifyArgs& a) {
     auto r = run_config(vc);
     rows.insert(rows.end(), r.begin(), r.end());
   }
-  bool failed = false;
-  for (const auto& r : rows) failed |= r.verdict == "fail";
-  if (a.json_out) {
-    nlohmann::json j = nlohmann::json::array();
-    for (const auto& r : rows)
-      j.push_back({{"pair", r.pair}, {"config", r.config}, {"max_abs_diff", r.max_abs_diff}, {"bitwise", r.bitwise},
-                   {"verdict", r.verdict}, {"note", r.note}});
-    std::cout << j.dump(2) << "\n";
-  } else {
-    std::cout << std::left << std::setw(24) << "pair" << std::setw(20) << "config" << std::setw(14) << "max_abs_diff"
-              << std::setw(9) << "bitwise" << std::setw(9) << "verdict" << "note\n";
-    for (const auto& r : rows)
-      std::cout << std::setw(24) << r.pair << std::setw(20) << r.config << std::setw(14) << std::setprecision(3)
-                << r.max_abs_diff << std::setw(9) << (r.bitwise ? "yes" : "no") << std::setw(9) << r.verdict << r.note
-                << "\n";
-  }
-  return failed ? 1 : 0;
+  return print_verify_rows(rows, a.json_out);  // cuda_rows.cpp
 }
 
 const Registration reg{{
@@ -355,7 +334,10 @@ const Registration reg{{
     "Prove on shipped configs that grouping, overlap, delayed wgrad and resume change nothing",
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<VerifyArgs>();
-      sub.add_option("--backend", a->backend, "engine backend")->check(CLI::IsMember({"cpu", "cuda"}));
+      sub.add_option("--backend", a->backend,
+                     "cpu: the shipped configs; cuda: CPU vs GPU per op and per layer; cuda-host: the CUDA layer "
+                     "code on the host emulation of the device (no GPU)")
+          ->check(CLI::IsMember({"cpu", "cuda", "cuda-host"}));
       sub.add_flag("--json", a->json_out, "print a JSON list of rows (pair, config, max_abs_diff, bitwise, verdict)");
       return [a] { return run(*a); };
     },

@@ -1,15 +1,22 @@
 // `hybrid-twin verify --backend cuda`: runs engine::cuda::compare_cpu_vs_cuda (every Backend
 // operation on the CPU reference and on the GPU, same inputs) and prints its rows in the format
 // of the CPU verify rows: pair `cpu_vs_cuda`, config = operation, max_abs_diff, bitwise, verdict,
-// and the applied bound as the note.
+// and the applied bound as the note; then one `cpu_vs_cuda_layer` row per CUDA layer quantity
+// (engine::cuda::compare_layers_cuda). `--backend cuda-host` prints the layer rows of the same
+// layer code on the host emulation of the device, which needs no GPU.
 #include "cuda_rows.hpp"
 
+#include <algorithm>
 #include <iomanip>
 #include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "ht/engine/cuda/compare.hpp"
+#include "ht/engine/cuda/layer_compare.hpp"
 #include "ht/engine/cuda_probe.hpp"
 
 namespace ht::cli {
@@ -20,27 +27,64 @@ bool cuda_usable_or_say_why() {
   return probe.usable;
 }
 
-int verify_cpu_vs_cuda(bool json_out) {
-  if (!cuda_usable_or_say_why()) return 2;
-  std::cerr << "verify: cpu_vs_cuda on " << engine::cuda_probe().device_name << "\n";
-  const auto rows = engine::cuda::compare_cpu_vs_cuda(42);
+namespace {
+
+std::string layer_note(const engine::cuda::LayerComparison& c) {
+  std::ostringstream o;
+  o << std::setprecision(3) << "err vs float64 " << c.err_dev << (c.pass ? " <= " : " > ") << "bound " << c.bound
+    << " (CPU float32 err " << c.err_ref << ", K " << c.depth << ", scale " << c.scale << ")";
+  return o.str();
+}
+
+void add_layer_rows(std::vector<VerifyRow>& rows, const std::string& pair,
+                    const std::vector<engine::cuda::LayerComparison>& layers) {
+  for (const auto& c : layers)
+    rows.push_back({pair, c.layer + "/" + c.quantity, c.diff_cpu, c.diff_cpu == 0, c.pass ? "pass" : "fail", layer_note(c)});
+}
+
+}  // namespace
+
+int print_verify_rows(const std::vector<VerifyRow>& rows, bool json_out) {
   bool failed = false;
-  for (const auto& r : rows) failed |= !r.pass;
+  for (const auto& r : rows) failed |= r.verdict == "fail";
   if (json_out) {
     nlohmann::json j = nlohmann::json::array();
     for (const auto& r : rows)
-      j.push_back({{"pair", "cpu_vs_cuda"}, {"config", r.op}, {"max_abs_diff", r.max_abs_diff}, {"bitwise", r.bitwise},
-                   {"verdict", r.pass ? "pass" : "fail"}, {"note", r.note}});
+      j.push_back({{"pair", r.pair}, {"config", r.config}, {"max_abs_diff", r.max_abs_diff}, {"bitwise", r.bitwise},
+                   {"verdict", r.verdict}, {"note", r.note}});
     std::cout << j.dump(2) << "\n";
   } else {
-    std::cout << std::left << std::setw(24) << "pair" << std::setw(20) << "config" << std::setw(14) << "max_abs_diff"
-              << std::setw(9) << "bitwise" << std::setw(9) << "verdict" << "note\n";
+    std::size_t pair_w = 4, config_w = 6;
+    for (const auto& r : rows) {
+      pair_w = std::max(pair_w, r.pair.size());
+      config_w = std::max(config_w, r.config.size());
+    }
+    std::cout << std::left << std::setw(static_cast<int>(pair_w + 2)) << "pair" << std::setw(static_cast<int>(config_w + 2))
+              << "config" << std::setw(14) << "max_abs_diff" << std::setw(9) << "bitwise" << std::setw(9) << "verdict"
+              << "note\n";
     for (const auto& r : rows)
-      std::cout << std::setw(24) << "cpu_vs_cuda" << std::setw(20) << r.op << std::setw(14) << std::setprecision(3)
-                << r.max_abs_diff << std::setw(9) << (r.bitwise ? "yes" : "no") << std::setw(9)
-                << (r.pass ? "pass" : "fail") << r.note << "\n";
+      std::cout << std::setw(static_cast<int>(pair_w + 2)) << r.pair << std::setw(static_cast<int>(config_w + 2))
+                << r.config << std::setw(14) << std::setprecision(3) << r.max_abs_diff << std::setw(9)
+                << (r.bitwise ? "yes" : "no") << std::setw(9) << r.verdict << r.note << "\n";
   }
   return failed ? 1 : 0;
+}
+
+int verify_cpu_vs_cuda(bool json_out) {
+  if (!cuda_usable_or_say_why()) return 2;
+  std::cerr << "verify: cpu_vs_cuda on " << engine::cuda_probe().device_name << "\n";
+  std::vector<VerifyRow> rows;
+  for (const auto& r : engine::cuda::compare_cpu_vs_cuda(42))
+    rows.push_back({"cpu_vs_cuda", r.op, r.max_abs_diff, r.bitwise, r.pass ? "pass" : "fail", r.note});
+  add_layer_rows(rows, "cpu_vs_cuda_layer", engine::cuda::compare_layers_cuda(42, {}));
+  return print_verify_rows(rows, json_out);
+}
+
+int verify_cuda_layers_on_host(bool json_out) {
+  std::cerr << "verify: the CUDA layer code on the host emulation of the device (no GPU involved)\n";
+  std::vector<VerifyRow> rows;
+  add_layer_rows(rows, "cpu_vs_cuda_host_layer", engine::cuda::compare_layers_host(42, {}));
+  return print_verify_rows(rows, json_out);
 }
 
 }  // namespace ht::cli

@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include "check.hpp"
+#include "gemm.cuh"
 #include "ht/engine/cpu/ops.hpp"
 #include "ht/engine/cuda/backend.hpp"
 #include "ht/engine/math.hpp"
@@ -110,23 +111,9 @@ class CudaBackend final : public Backend {
 
   std::string name() const override { return "cuda"; }
 
-  // Row-major out (m, n) = op(a) op(b) is column-major out^T (n, m) = op(b)^T op(a)^T, so cuBLAS
-  // gets b first; a row-major matrix read as column-major is its transpose (gemm.hpp layout).
   void matmul(float* out, const float* a, const float* b, int m, int n, int k, bool trans_a, bool trans_b,
               bool accumulate) override {
-    if (m <= 0 || n <= 0) return;
-    if (k <= 0) {
-      if (!accumulate)
-        check(cudaMemsetAsync(out, 0, sizeof(float) * static_cast<std::size_t>(m) * n, stream_), "cudaMemsetAsync");
-      finish("matmul");
-      return;
-    }
-    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    const int ldb = trans_b ? k : n, lda = trans_a ? m : k;
-    check(cublasGemmEx(blas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k,
-                       &alpha, b, CUDA_R_32F, ldb, a, CUDA_R_32F, lda, &beta, out, CUDA_R_32F, n,
-                       CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT),
-          "cublasGemmEx");
+    gemm_rowmajor<float>(blas_, stream_, out, a, b, m, n, k, trans_a, trans_b, accumulate);
     finish("matmul");
   }
   void silu(float* y, const float* x, std::size_t n) override {

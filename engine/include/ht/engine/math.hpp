@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 
 #if defined(__CUDACC__)
 #define HT_HD __host__ __device__
@@ -80,6 +81,22 @@ template <class T> HT_HD inline void rope_row(T* x, int d, int pos, T theta, boo
     x[i] = a * c - b * s;
     x[i + h] = b * c + a * s;
   }
+}
+
+// RoPE's cos and sin for positions 0..t-1 and channel pairs 0..d/2-1, (t, d/2) row-major, in
+// rope_row's expressions. Host code: both backends build their tables here, so they rotate by
+// the same bits.
+template <class Vec, class T> inline void rope_table(Vec& cs, Vec& sn, int t, int d, T theta) {
+  const int half = d / 2;
+  cs.resize(static_cast<std::size_t>(t) * half);
+  sn.resize(cs.size());
+  for (int pos = 0; pos < t; ++pos)
+    for (int i = 0; i < half; ++i) {
+      const T freq = std::pow(theta, -T(2 * i) / T(d));
+      const T ang = T(pos) * freq;
+      cs[static_cast<std::size_t>(pos) * half + i] = std::cos(ang);
+      sn[static_cast<std::size_t>(pos) * half + i] = std::sin(ang);
+    }
 }
 
 }  // namespace ht::engine::math

@@ -55,17 +55,7 @@ template <class T>
 struct RopeTable {
   int half = 0;
   std::vector<T> cs, sn;  // (T, d/2)
-  RopeTable(int t, int d, T theta) : half(d / 2) {
-    cs.resize(static_cast<std::size_t>(t) * half);
-    sn.resize(cs.size());
-    for (int pos = 0; pos < t; ++pos)
-      for (int i = 0; i < half; ++i) {
-        const T freq = std::pow(theta, -T(2 * i) / T(d));
-        const T ang = T(pos) * freq;
-        cs[static_cast<std::size_t>(pos) * half + i] = std::cos(ang);
-        sn[static_cast<std::size_t>(pos) * half + i] = std::sin(ang);
-      }
-  }
+  RopeTable(int t, int d, T theta) : half(d / 2) { math::rope_table(cs, sn, t, d, theta); }
   // x (d) at position pos rotated by +angle, or by -angle when inverse (the transpose).
   void apply(T* x, int pos, bool inverse) const {
     const T* c = cs.data() + static_cast<std::size_t>(pos) * half;

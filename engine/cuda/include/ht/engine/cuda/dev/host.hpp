@@ -1,0 +1,89 @@
+// The device policy of the CUDA layers (dev/*.hpp), emulated on the host.
+//
+// Every CUDA layer is written once, as a template over a device policy D that provides memory,
+// GEMMs and a "launch": run f(i) for i in [0, n), one GPU thread per i. D = Cuda (dev/cuda.cuh,
+// nvcc only) runs it on the GPU: cuBLAS GEMMs, one kernel per launch. D = Host (here) runs the
+// very same layer code on the CPU: memory is host memory, a launch is a loop, a GEMM is the CPU
+// reference's cpu::matmul. So the layer code the GPU runs -- its indexing, its per-row math, its
+// accumulation orders -- is compiled and tested on every machine, GPU or not; only the policy's
+// few lines of CUDA are left for the GPU to check.
+//
+// Lambdas passed to launch() are written `[=] HT_HD (long i) { ... }` (an nvcc extended lambda
+// under --extended-lambda) and capture raw pointers and scalars only.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <utility>
+
+#include "ht/engine/cpu/gemm.hpp"
+#include "ht/engine/math.hpp"
+
+namespace ht::engine::dev {
+
+struct Host {
+  static constexpr const char* kName = "host";
+  template <class T> static T* alloc(std::size_t n) { return n ? new T[n] : nullptr; }
+  template <class T> static void release(T* p) { delete[] p; }
+  template <class T> static void fill_zero(T* p, std::size_t n) { std::fill_n(p, n, T(0)); }
+  // Device to device, host to device, device to host: all plain copies here.
+  template <class T> static void copy(T* dst, const T* src, std::size_t n) { std::copy_n(src, n, dst); }
+  template <class T> static void upload(T* dst, const T* host, std::size_t n) { std::copy_n(host, n, dst); }
+  template <class T> static void download(T* host, const T* src, std::size_t n) { std::copy_n(src, n, host); }
+  // out (m, n) (+)= op(a) op(b), the layout of cpu::matmul (gemm.hpp).
+  template <class T>
+  static void gemm(T* out, const T* a, const T* b, int m, int n, int k, bool trans_a, bool trans_b, bool accumulate) {
+    cpu::matmul<T>(out, a, b, m, n, k, trans_a, trans_b, accumulate);
+  }
+  template <class F> static void launch(long n, F f) {
+    for (long i = 0; i < n; ++i) f(i);
+  }
+};
+
+// An owning buffer of n values in D's memory. resize() keeps nothing (callers overwrite or zero).
+template <class D, class T>
+class Buf {
+ public:
+  Buf() = default;
+  explicit Buf(std::size_t n) { resize(n); }
+  ~Buf() { D::release(p_); }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+  Buf(Buf&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  Buf& operator=(Buf&& o) noexcept {
+    if (this != &o) {
+      D::release(p_);
+      p_ = std::exchange(o.p_, nullptr);
+      n_ = std::exchange(o.n_, 0);
+    }
+    return *this;
+  }
+  void resize(std::size_t n) {
+    if (n == n_) return;
+    D::release(p_);
+    p_ = nullptr;
+    n_ = 0;
+    p_ = D::template alloc<T>(n);
+    n_ = n;
+  }
+  // resize + zero fill
+  void assign_zero(std::size_t n) {
+    resize(n);
+    D::fill_zero(p_, n_);
+  }
+  T* get() { return p_; }
+  const T* get() const { return p_; }
+  std::size_t size() const { return n_; }
+
+ private:
+  T* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+template <class D, class T> Buf<D, T> upload(const T* host, std::size_t n) {
+  Buf<D, T> b(n);
+  D::upload(b.get(), host, n);
+  return b;
+}
+
+}  // namespace ht::engine::dev

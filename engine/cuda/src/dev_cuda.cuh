@@ -1,0 +1,93 @@
+// The CUDA device policy of the CUDA layers (dev/*.hpp; the host emulation is dev/host.hpp): device
+// memory, cuBLAS GEMMs and one kernel per launch, all on one stream of one context, so every
+// operation is ordered after the previous one. upload/download return when the copy is done.
+// nvcc only (compiled with --extended-lambda for the layers' `[=] HT_HD (long i)` lambdas).
+#pragma once
+
+#include <cstddef>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "check.hpp"
+#include "gemm.cuh"
+
+namespace ht::engine::dev {
+
+template <class F>
+__global__ void launch_kernel(long n, F f) {
+  const long i = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) f(i);
+}
+
+// One stream, one cuBLAS handle (pedantic FP32), one workspace: created on first use, kept for the
+// process (the driver tears them down at exit).
+struct CudaContext {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  void* workspace = nullptr;
+  static constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
+
+  static CudaContext& get() {
+    static CudaContext* ctx = [] {
+      auto* c = new CudaContext;
+      cuda::check(cudaSetDevice(0), "cudaSetDevice");
+      cuda::check(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+      cuda::check(cublasCreate(&c->blas), "cublasCreate");
+      cuda::check(cublasSetStream(c->blas, c->stream), "cublasSetStream");
+      cuda::check(cublasSetMathMode(c->blas, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
+      cuda::check(cudaMalloc(&c->workspace, kWorkspaceBytes), "cudaMalloc(workspace)");
+      cuda::check(cublasSetWorkspace(c->blas, c->workspace, kWorkspaceBytes), "cublasSetWorkspace");
+      return c;
+    }();
+    return *ctx;
+  }
+};
+
+struct Cuda {
+  static constexpr const char* kName = "cuda";
+  static constexpr int kThreads = 128;
+
+  template <class T> static T* alloc(std::size_t n) {
+    if (n == 0) return nullptr;
+    void* p = nullptr;
+    cuda::check(cudaMalloc(&p, n * sizeof(T)), "cudaMalloc");
+    return static_cast<T*>(p);
+  }
+  // cudaFree waits for the work queued before it, so a buffer is never freed under a kernel.
+  template <class T> static void release(T* p) {
+    if (p) cudaFree(p);
+  }
+  template <class T> static void fill_zero(T* p, std::size_t n) {
+    if (n) cuda::check(cudaMemsetAsync(p, 0, n * sizeof(T), CudaContext::get().stream), "cudaMemsetAsync");
+  }
+  template <class T> static void copy(T* dst, const T* src, std::size_t n) {
+    if (n)
+      cuda::check(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToDevice, CudaContext::get().stream),
+                  "cudaMemcpyAsync(D2D)");
+  }
+  template <class T> static void upload(T* dst, const T* host, std::size_t n) { transfer(dst, host, n, cudaMemcpyHostToDevice); }
+  template <class T> static void download(T* host, const T* src, std::size_t n) { transfer(host, src, n, cudaMemcpyDeviceToHost); }
+  template <class T>
+  static void gemm(T* out, const T* a, const T* b, int m, int n, int k, bool trans_a, bool trans_b, bool accumulate) {
+    const CudaContext& c = CudaContext::get();
+    cuda::gemm_rowmajor<T>(c.blas, c.stream, out, a, b, m, n, k, trans_a, trans_b, accumulate);
+  }
+  template <class F> static void launch(long n, F f) {
+    if (n <= 0) return;
+    const long blocks = (n + kThreads - 1) / kThreads;
+    launch_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, CudaContext::get().stream>>>(n, f);
+    cuda::check(cudaGetLastError(), "kernel launch");
+  }
+
+ private:
+  template <class T>
+  static void transfer(T* dst, const T* src, std::size_t n, cudaMemcpyKind kind) {
+    if (n == 0) return;
+    const cudaStream_t s = CudaContext::get().stream;
+    cuda::check(cudaMemcpyAsync(dst, src, n * sizeof(T), kind, s), "cudaMemcpyAsync");
+    cuda::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  }
+};
+
+}  // namespace ht::engine::dev

@@ -21,6 +21,7 @@
 #include "ht/traces/chrome.hpp"
 #include "ht/traces/overlap.hpp"
 #include "cuda_rows.hpp"
+#include "ht/engine/cuda/device_model.hpp"
 #include "model_flags.hpp"
 
 namespace ht::cli {
@@ -196,13 +197,11 @@ int run_executor(TrainArgs a) {
 }
 
 int run(TrainArgs a) {
-  if (a.backend == "cuda") {
-    // Only the backend's operations exist on CUDA so far (engine/cuda); the layers and the
-    // executor run on the CPU. Say so rather than train on the CPU under a CUDA flag.
-    if (!cuda_usable_or_say_why()) return 2;
-    std::cerr << "hybrid-twin: training on the CUDA backend is not implemented yet (only `verify --backend cuda` runs on the GPU)\n";
-    return 2;
-  }
+  const bool on_device = a.backend != "cpu";
+  if (on_device && a.executor_mode())
+    throw UsageError("--backend " + a.backend + " trains one model on one device (sequential, no EP ranks yet); drop "
+                     "--ep, --pp, --vpp, --microbatches, --overlap, --delay-wgrad, --link-* and --trace");
+  if (a.backend == "cuda" && !cuda_usable_or_say_why()) return 2;
   if (a.steps < 0) throw UsageError("--steps must be >= 0");
   if (a.trace_step != "median" && a.trace_step != "last" && std::stoll(a.trace_step) > a.steps)
     throw UsageError("--trace-step " + a.trace_step + " is past the last step (" + std::to_string(a.steps) + ")");
@@ -223,9 +222,15 @@ int run(TrainArgs a) {
   if (!a.import_gpt.empty()) he::import_gpt(a.import_gpt, model);
   const auto corpus = he::load_corpus(a.data);
   const std::size_t nparams = model.num_parameters();
+  // --backend cuda / cuda-host: forward and backward on the device model (the GPU, or the same
+  // layer code on the host emulation); the host model keeps weights, AdamW state and checkpoints.
+  std::unique_ptr<he::cuda::DeviceModel> device;
+  if (a.backend == "cuda") device = he::cuda::make_cuda_device_model(model);
+  if (a.backend == "cuda-host") device = he::cuda::make_host_device_model(model);
   if (!a.quiet)
     std::cerr << "train '" << parsed.text << "': " << nparams << " parameters, batch " << a.batch << " x "
-              << a.seq << " bytes of " << corpus.source << " (" << corpus.bytes.size() << " bytes)\n";
+              << a.seq << " bytes of " << corpus.source << " (" << corpus.bytes.size() << " bytes)"
+              << (device ? ", on " + device->device() : std::string()) << "\n";
 
   std::vector<double> losses, lm_losses;
   double seconds = 0;
@@ -233,11 +238,20 @@ int run(TrainArgs a) {
     const std::int64_t step = start_step + i;
     const he::Batch batch = he::sample_batch(corpus, a.batch, a.seq, a.seed, step);
     const auto t0 = std::chrono::steady_clock::now();
-    model.zero_grad();
-    const he::LossBreakdown loss = model.forward(batch);
-    model.backward();
+    he::LossBreakdown loss;
+    if (device) {
+      device->zero_grad();
+      loss = device->forward(batch);
+      device->backward();
+      device->download_grads();
+    } else {
+      model.zero_grad();
+      loss = model.forward(batch);
+      model.backward();
+    }
     auto params = model.parameters();
     const double gnorm = he::adamw_step(a.opt, state, params);
+    if (device) device->upload_params();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     seconds += dt;
     losses.push_back(loss.total);
@@ -267,6 +281,7 @@ int run(TrainArgs a) {
                         {"batch", a.batch},
                         {"seq", a.seq},
                         {"seed", a.seed},
+                        {"backend", a.backend},
                         {"data", corpus.source},
                         {"losses", losses},
                         {"lm_losses", lm_losses},
@@ -313,8 +328,10 @@ const Registration reg{{
       sub.add_option("--import-gpt", a->import_gpt, "initialise attention/MLP layers from a GPT safetensors file");
       sub.add_flag("--json", a->json_out, "print one JSON object instead of the summary");
       sub.add_flag("--quiet", a->quiet, "no per-step progress on stderr");
-      sub.add_option("--backend", a->backend, "engine backend (cuda: not implemented for training yet)")
-          ->check(CLI::IsMember({"cpu", "cuda"}))
+      sub.add_option("--backend", a->backend,
+                     "cpu; cuda: forward/backward on the GPU (one device, sequential); cuda-host: the same CUDA "
+                     "layer code on the host emulation (no GPU)")
+          ->check(CLI::IsMember({"cpu", "cuda", "cuda-host"}))
           ->capture_default_str();
       add_parallel_flags(sub, a->parallel);
       add_overlap_flags(sub, a->schedule_flags);

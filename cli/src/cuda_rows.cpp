@@ -3,7 +3,8 @@
 // of the CPU verify rows: pair `cpu_vs_cuda`, config = operation, max_abs_diff, bitwise, verdict,
 // and the applied bound as the note; then one `cpu_vs_cuda_layer` row per CUDA layer quantity
 // (engine::cuda::compare_layers_cuda). `--backend cuda-host` prints the layer rows of the same
-// layer code on the host emulation of the device, which needs no GPU.
+// layer code on the host emulation of the device, which needs no GPU. Both end with the whole-model
+// rows (engine::cuda::compare_models): grouped vs flattened on the device, device vs CPU.
 #include "cuda_rows.hpp"
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ht/engine/cuda/compare.hpp"
+#include "ht/engine/cuda/device_model.hpp"
 #include "ht/engine/cuda/layer_compare.hpp"
 #include "ht/engine/cuda_probe.hpp"
 
@@ -40,6 +42,11 @@ void add_layer_rows(std::vector<VerifyRow>& rows, const std::string& pair,
                     const std::vector<engine::cuda::LayerComparison>& layers) {
   for (const auto& c : layers)
     rows.push_back({pair, c.layer + "/" + c.quantity, c.diff_cpu, c.diff_cpu == 0, c.pass ? "pass" : "fail", layer_note(c)});
+}
+
+void add_model_rows(std::vector<VerifyRow>& rows, const std::vector<engine::cuda::ModelComparison>& models) {
+  for (const auto& m : models)
+    rows.push_back({m.pair, m.config, m.max_abs_diff, m.bitwise, m.pass ? "pass" : "fail", m.note});
 }
 
 }  // namespace
@@ -77,6 +84,7 @@ int verify_cpu_vs_cuda(bool json_out) {
   for (const auto& r : engine::cuda::compare_cpu_vs_cuda(42))
     rows.push_back({"cpu_vs_cuda", r.op, r.max_abs_diff, r.bitwise, r.pass ? "pass" : "fail", r.note});
   add_layer_rows(rows, "cpu_vs_cuda_layer", engine::cuda::compare_layers_cuda(42, {}));
+  add_model_rows(rows, engine::cuda::compare_models(engine::cuda::make_cuda_device_model, 42));
   return print_verify_rows(rows, json_out);
 }
 
@@ -84,6 +92,7 @@ int verify_cuda_layers_on_host(bool json_out) {
   std::cerr << "verify: the CUDA layer code on the host emulation of the device (no GPU involved)\n";
   std::vector<VerifyRow> rows;
   add_layer_rows(rows, "cpu_vs_cuda_host_layer", engine::cuda::compare_layers_host(42, {}));
+  add_model_rows(rows, engine::cuda::compare_models(engine::cuda::make_host_device_model, 42));
   return print_verify_rows(rows, json_out);
 }
 

@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "ht/engine/cuda/compare.hpp"
+#include "ht/engine/cuda/device_model.hpp"
 #include "ht/engine/cuda/layer_compare.hpp"
 #include "ht/engine/cuda_probe.hpp"
 
@@ -17,6 +18,9 @@ std::vector<OpComparison> compare_cpu_vs_cuda(std::uint64_t, const CompareShape&
   throw std::runtime_error("this build has no CUDA backend (nvcc not found, or HT_ENABLE_CUDA=OFF, at configure time)");
 }
 std::vector<LayerComparison> compare_layers_cuda(std::uint64_t, const LayerShape&) {
+  throw std::runtime_error("this build has no CUDA backend (nvcc not found, or HT_ENABLE_CUDA=OFF, at configure time)");
+}
+std::unique_ptr<DeviceModel> make_cuda_device_model(HybridModel<float>&) {
   throw std::runtime_error("this build has no CUDA backend (nvcc not found, or HT_ENABLE_CUDA=OFF, at configure time)");
 }
 }  // namespace cuda

@@ -14,6 +14,12 @@
 
 namespace ht::engine::dev {
 
+// y += x over n values (a residual add, a merged gradient).
+template <class D, class T>
+void add_inplace(T* y, const T* x, long n) {
+  D::launch(n, [=] HT_HD(long i) { y[i] += x[i]; });
+}
+
 // out, x (n, c); w (c); rstd (n) is written for the backward.
 template <class D, class T>
 void rmsnorm_forward(T* out, T* rstd, const T* x, const T* w, int n, int c, T eps) {

@@ -354,6 +354,13 @@ struct Run {
   }
 };
 
+}  // namespace ht::engine::dev::compare
+
+// The mixers' comparisons use Run (above).
+#include "ht/engine/cuda/dev/compare_mamba2.hpp"
+
+namespace ht::engine::dev::compare {
+
 template <class D, class TD>
 std::vector<LayerComparison> compare_layers(std::uint64_t seed, const cuda::LayerShape& shape) {
   std::vector<LayerComparison> out;
@@ -367,6 +374,7 @@ std::vector<LayerComparison> compare_layers(std::uint64_t seed, const cuda::Laye
   run.attention(rng, shape.batch, shape.seq, shape.cfg, 0);
   run.attention(rng, shape.batch, shape.seq, shape.cfg, shape.cfg.window);
   run.moe(rng, n, shape.cfg);
+  compare_mamba2<D, TD>(run, rng, shape.batch, shape.seq, shape.cfg);
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ht/engine/config.hpp"
+#include "ht/engine/cuda/dev/basic.hpp"
 #include "ht/engine/cpu/ops.hpp"
 #include "ht/engine/cuda/dev/host.hpp"
 #include "ht/engine/cuda/dev/swiglu.hpp"
@@ -138,7 +139,7 @@ void moe_forward(const ModelConfig& cfg, const MoeW<T>& w, const T* x, T* out, i
     Buf<D, T> shared_buf(static_cast<std::size_t>(n) * c);
     T* sh = shared_buf.get();
     swiglu_forward<D, T>(sh, cache.shared_cache, x, n, w.shared);
-    D::launch(static_cast<long>(n) * c, [=] HT_HD(long i) { out[i] += sh[i]; });
+    add_inplace<D, T>(out, sh, static_cast<long>(n) * c);
   }
 }
 

@@ -1,0 +1,478 @@
+// The hybrid model on a device: HybridModel's forward and backward (model.cpp: pre-norm residual
+// blocks, final norm, output layer, cross-entropy, MTP depths sharing embedding and output
+// layer) over the CUDA layers (dev/*.hpp), for one microbatch at a time, sequentially.
+//
+// It mirrors a host HybridModel<T> that owns the pattern and the weights: the constructor uploads
+// every parameter, download_grads() writes the device gradients into the host model's gradient
+// tensors and upload_params() sends updated weights back (the optimizer step runs on the host).
+// Blocks find their weights by canonical name, so a grouped pattern and its flattened form run
+// the same blocks in the same order: their losses and gradients are equal bit for bit on one
+// device, as on the CPU. With D = Host this is the code a GPU runs, testable anywhere.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "ht/engine/cuda/dev/attention.hpp"
+#include "ht/engine/cuda/dev/basic.hpp"
+#include "ht/engine/cuda/dev/host.hpp"
+#include "ht/engine/cuda/dev/mamba2.hpp"
+#include "ht/engine/cuda/dev/moe.hpp"
+#include "ht/engine/cuda/dev/swiglu.hpp"
+#include "ht/engine/error.hpp"
+#include "ht/engine/model.hpp"
+#include "ht/patterns/checkpoint.hpp"
+
+namespace ht::engine::dev {
+
+// One physical layer's branch on the device: x, out, dx (B, T, C); dx accumulates.
+template <class D, class T>
+struct DevBranch {
+  virtual ~DevBranch() = default;
+  virtual void forward(const T* x, T* out, int b, int t) = 0;
+  virtual void backward(const T* x, const T* dout, T* dx, int b, int t) = 0;
+  virtual T aux_loss() const { return T(0); }
+  virtual T z_loss() const { return T(0); }
+};
+
+// Device copies of the host model's parameters, by canonical name.
+template <class D, class T>
+class DevParams {
+ public:
+  explicit DevParams(std::vector<ParamRef<T>> refs) : refs_(std::move(refs)) {
+    for (std::size_t i = 0; i < refs_.size(); ++i) {
+      index_[refs_[i].canonical] = i;
+      values_.push_back(upload<D>(refs_[i].value->ptr(), refs_[i].value->size()));
+      Buf<D, T> g;
+      g.assign_zero(refs_[i].grad->size());
+      grads_.push_back(std::move(g));
+    }
+  }
+  const T* w(const std::string& canonical) const { return values_[at(canonical)].get(); }
+  T* g(const std::string& canonical) { return grads_[at(canonical)].get(); }
+  int dim(const std::string& canonical, int i) const { return refs_[at(canonical)].value->dim(i); }
+  bool has(const std::string& canonical) const { return index_.count(canonical) > 0; }
+  void zero_grad() {
+    for (auto& g : grads_) D::fill_zero(g.get(), g.size());
+  }
+  void download_grads() {
+    for (std::size_t i = 0; i < refs_.size(); ++i) D::download(refs_[i].grad->ptr(), grads_[i].get(), grads_[i].size());
+  }
+  void upload_params() {
+    for (std::size_t i = 0; i < refs_.size(); ++i) D::upload(values_[i].get(), refs_[i].value->ptr(), values_[i].size());
+  }
+
+ private:
+  std::size_t at(const std::string& canonical) const {
+    const auto it = index_.find(canonical);
+    if (it == index_.end()) throw EngineError(ErrorCode::BadConfig, "device model: no parameter " + canonical);
+    return it->second;
+  }
+  std::vector<ParamRef<T>> refs_;
+  std::map<std::string, std::size_t> index_;
+  std::vector<Buf<D, T>> values_, grads_;
+};
+
+template <class D, class T>
+class AttnBranchD final : public DevBranch<D, T> {
+ public:
+  AttnBranchD(const ModelConfig& cfg, DevParams<D, T>& p, const std::string& pre, int window)
+      : cfg_(cfg), window_(window) {
+    w_ = {p.w(pre + "self_attention.linear_qkv.weight"), p.w(pre + "self_attention.linear_proj.weight")};
+    g_ = {p.g(pre + "self_attention.linear_qkv.weight"), p.g(pre + "self_attention.linear_proj.weight")};
+  }
+  void forward(const T* x, T* out, int b, int t) override {
+    attention_forward<D, T>(cfg_, w_, x, out, b, t, cfg_.hidden, cache_, window_);
+  }
+  void backward(const T* x, const T* dout, T* dx, int b, int t) override {
+    attention_backward<D, T>(cfg_, w_, cache_, x, dout, dx, g_, b, t, cfg_.hidden, window_);
+  }
+
+ private:
+  ModelConfig cfg_;
+  int window_;
+  AttnW<T> w_;
+  AttnGrad<T> g_;
+  AttnCacheD<D, T> cache_;
+};
+
+template <class D, class T>
+class MlpBranchD final : public DevBranch<D, T> {
+ public:
+  MlpBranchD(const ModelConfig& cfg, DevParams<D, T>& p, const std::string& pre) {
+    w_ = {p.w(pre + "mlp.linear_fc1.weight"), p.w(pre + "mlp.linear_fc2.weight"), cfg.hidden, cfg.ffn_hidden};
+    g_ = {p.g(pre + "mlp.linear_fc1.weight"), p.g(pre + "mlp.linear_fc2.weight")};
+  }
+  void forward(const T* x, T* out, int b, int t) override { swiglu_forward<D, T>(out, cache_, x, b * t, w_); }
+  void backward(const T* x, const T* dout, T* dx, int b, int t) override {
+    swiglu_backward<D, T>(dx, g_, dout, x, b * t, w_, cache_);
+  }
+
+ private:
+  SwiGLUW<T> w_;
+  SwiGLUGrad<T> g_;
+  SwiGLUCacheD<D, T> cache_;
+};
+
+template <class D, class T>
+class MoeBranchD final : public DevBranch<D, T> {
+ public:
+  MoeBranchD(const ModelConfig& cfg, DevParams<D, T>& p, const std::string& pre, T loss_scale)
+      : cfg_(cfg), scale_(loss_scale) {
+    w_.router = p.w(pre + "mlp.router.weight");
+    g_.router = p.g(pre + "mlp.router.weight");
+    auto swiglu = [&](const std::string& sp) {
+      const int f = p.dim(sp + "linear_fc2.weight", 1);
+      return std::pair{SwiGLUW<T>{p.w(sp + "linear_fc1.weight"), p.w(sp + "linear_fc2.weight"), cfg.hidden, f},
+                       SwiGLUGrad<T>{p.g(sp + "linear_fc1.weight"), p.g(sp + "linear_fc2.weight")}};
+    };
+    for (int e = 0; e < cfg.num_experts; ++e) {
+      auto [ww, gg] = swiglu(pre + "mlp.experts.local_experts." + std::to_string(e) + ".");
+      w_.experts.push_back(ww);
+      g_.experts.push_back(gg);
+    }
+    w_.has_shared = p.has(pre + "mlp.shared_experts.linear_fc1.weight");
+    if (w_.has_shared) std::tie(w_.shared, g_.shared) = swiglu(pre + "mlp.shared_experts.");
+  }
+  void forward(const T* x, T* out, int b, int t) override {
+    moe_forward<D, T>(cfg_, w_, x, out, b * t, cfg_.hidden, cache_, scale_);
+  }
+  void backward(const T* x, const T* dout, T* dx, int, int) override {
+    moe_backward<D, T>(cfg_, w_, cache_, x, dout, dx, g_, cfg_.hidden, scale_);
+  }
+  T aux_loss() const override { return cache_.aux_loss; }
+  T z_loss() const override { return cache_.z_loss; }
+
+ private:
+  ModelConfig cfg_;
+  T scale_;
+  MoeW<T> w_;
+  MoeGrad<T> g_;
+  MoeCacheD<D, T> cache_;
+};
+
+template <class D, class T>
+class Mamba2BranchD final : public DevBranch<D, T> {
+ public:
+  Mamba2BranchD(const ModelConfig& cfg, DevParams<D, T>& p, const std::string& pre) : cfg_(cfg) {
+    auto both = [&](const char* name) { return std::pair{p.w(pre + name), p.g(pre + name)}; };
+    std::tie(w_.in_proj, g_.in_proj) = both("mixer.in_proj.weight");
+    std::tie(w_.conv_weight, g_.conv_weight) = both("mixer.conv1d.weight");
+    std::tie(w_.conv_bias, g_.conv_bias) = both("mixer.conv1d.bias");
+    std::tie(w_.dt_bias, g_.dt_bias) = both("mixer.dt_bias");
+    std::tie(w_.A_log, g_.A_log) = both("mixer.A_log");
+    std::tie(w_.d_skip, g_.d_skip) = both("mixer.D");
+    std::tie(w_.norm, g_.norm) = both("mixer.norm.weight");
+    std::tie(w_.out_proj, g_.out_proj) = both("mixer.out_proj.weight");
+  }
+  void forward(const T* x, T* out, int b, int t) override {
+    mamba2_forward<D, T>(cfg_, w_, x, out, b, t, cfg_.hidden, cache_);
+  }
+  void backward(const T* x, const T* dout, T* dx, int b, int t) override {
+    mamba2_backward<D, T>(cfg_, w_, cache_, x, dout, dx, g_, b, t, cfg_.hidden);
+  }
+
+ private:
+  ModelConfig cfg_;
+  Mamba2W<T> w_;
+  Mamba2Grad<T> g_;
+  Mamba2CacheD<D, T> cache_;
+};
+
+// The symbol -> device layer table (the device twin of branch.cpp's make_branch). Symbols whose
+// device layer is not written yet are refused by name before anything runs.
+template <class D, class T>
+std::unique_ptr<DevBranch<D, T>> make_dev_branch(char symbol, const ModelConfig& cfg, DevParams<D, T>& p,
+                                                 const std::string& pre, T loss_scale) {
+  switch (symbol) {
+    case '*': return std::make_unique<AttnBranchD<D, T>>(cfg, p, pre, 0);
+    case 'W': return std::make_unique<AttnBranchD<D, T>>(cfg, p, pre, cfg.window);
+    case '-': return std::make_unique<MlpBranchD<D, T>>(cfg, p, pre);
+    case 'E': return std::make_unique<MoeBranchD<D, T>>(cfg, p, pre, loss_scale);
+    case 'M': return std::make_unique<Mamba2BranchD<D, T>>(cfg, p, pre);
+    default:
+      throw EngineError(ErrorCode::Unsupported, std::string("layer symbol '") + symbol +
+                                                    "' has no CUDA layer yet (the device model runs M * W - E)");
+  }
+}
+
+template <class D, class T>
+class DevModel {
+ public:
+  explicit DevModel(HybridModel<T>& host) : host_(host), params_(host.parameters()) {
+    const auto& pattern = host.pattern();
+    const auto& cfg = host.config();
+    const auto keys = patterns::layer_keys(pattern);
+    std::size_t phys = 0;
+    for (const auto& item : pattern.items())
+      for (const char sym : item.symbols) {
+        const std::string pre = "layers." + std::to_string(keys.at(phys++).physical) + ".";
+        blocks_.push_back(make_block(sym, pre, T(1)));
+      }
+    const auto prefixes = patterns::mtp_layer_prefixes(pattern);
+    for (int d = 0; d < pattern.mtp_depths; ++d) {
+      Depth depth;
+      depth.prefix = prefixes.at(static_cast<std::size_t>(d));
+      const auto inner = patterns::mtp_inner_prefixes(pattern, d);
+      const T scale = T(1) / static_cast<T>(pattern.mtp_depths);
+      for (std::size_t j = 0; j < pattern.mtp_items.size(); ++j)
+        depth.blocks.push_back(make_block(pattern.mtp_items[j].symbols.at(0), inner[j], scale));
+      mtp_.push_back(std::move(depth));
+    }
+    (void)cfg;
+  }
+
+  LossBreakdown forward(const Batch& batch) {
+    const ModelConfig& cfg = host_.config();
+    if (batch.tokens.rank() != 2 || batch.tokens.shape != batch.targets.shape)
+      throw EngineError(ErrorCode::BadInput, "batch tokens and targets must both be (B, T)");
+    b_ = batch.tokens.dim(0);
+    t_ = batch.tokens.dim(1);
+    if (b_ < 1 || t_ < 1) throw EngineError(ErrorCode::BadInput, "batch must hold at least one token");
+    try {
+      check_tokens(batch.tokens.data, cfg.vocab_size);
+      check_tokens(batch.targets.data, cfg.vocab_size);
+    } catch (const std::out_of_range& e) {
+      throw EngineError(ErrorCode::BadInput, e.what());
+    }
+    const int n = b_ * t_, c = cfg.hidden, v = cfg.vocab_size;
+    const T eps = static_cast<T>(cfg.norm_eps);
+    const std::size_t nc = static_cast<std::size_t>(n) * c;
+    LossBreakdown loss;
+    tokens_ = upload<D>(batch.tokens.ptr(), batch.tokens.size());
+    targets_ = upload<D>(batch.targets.ptr(), batch.targets.size());
+    Buf<D, T> h(nc);
+    embedding_forward<D, T>(h.get(), tokens_.get(), params_.w(kWte), n, c);
+    for (auto& blk : blocks_) {
+      blk.forward(h, eps, b_, t_, c);
+      loss.aux += static_cast<double>(blk.branch->aux_loss());
+      loss.z += static_cast<double>(blk.branch->z_loss());
+    }
+    h_pre_final_ = std::move(h);
+    h_final_.resize(nc);
+    fn_rstd_.resize(static_cast<std::size_t>(n));
+    rmsnorm_forward<D, T>(h_final_.get(), fn_rstd_.get(), h_pre_final_.get(), params_.w(kFinalNorm), n, c, eps);
+    logits_.resize(static_cast<std::size_t>(n) * v);
+    output_forward<D, T>(logits_.get(), h_final_.get(), params_.w(kOut), n, c, v);
+    const std::vector<T> lm_w(static_cast<std::size_t>(n), T(1) / static_cast<T>(n));
+    lm_weights_ = upload<D>(lm_w.data(), lm_w.size());
+    lse_.resize(static_cast<std::size_t>(n));
+    loss.lm = static_cast<double>(
+        cross_entropy_forward<D, T>(lse_.get(), logits_.get(), targets_.get(), lm_weights_.get(), n, v));
+
+    const Buf<D, T>* prev = &h_final_;
+    Tensor<int> ids = batch.tokens, tgt = batch.targets;
+    const int depths = static_cast<int>(mtp_.size());
+    for (int d = 0; d < depths; ++d) {
+      Depth& md = mtp_[static_cast<std::size_t>(d)];
+      ids = roll_left(ids);
+      tgt = roll_left(tgt);
+      md.ids = upload<D>(ids.ptr(), ids.size());
+      md.targets = upload<D>(tgt.ptr(), tgt.size());
+      const int valid_t = t_ - (d + 1) > 0 ? t_ - (d + 1) : 0;
+      std::vector<T> wts(static_cast<std::size_t>(n), T(0));
+      if (valid_t > 0) {
+        const T w = static_cast<T>(cfg.mtp_loss_scaling) / static_cast<T>(depths) / static_cast<T>(b_ * valid_t);
+        for (int i = 0; i < b_; ++i)
+          for (int j = 0; j < valid_t; ++j) wts[static_cast<std::size_t>(i * t_ + j)] = w;
+      }
+      md.weights = upload<D>(wts.data(), wts.size());
+      md.emb.resize(nc);
+      md.en.resize(nc);
+      md.hn.resize(nc);
+      md.en_rstd.resize(static_cast<std::size_t>(n));
+      md.hn_rstd.resize(static_cast<std::size_t>(n));
+      embedding_forward<D, T>(md.emb.get(), md.ids.get(), params_.w(kWte), n, c);
+      rmsnorm_forward<D, T>(md.en.get(), md.en_rstd.get(), md.emb.get(), params_.w(md.prefix + "enorm.weight"), n, c, eps);
+      md.hin.resize(nc);
+      D::copy(md.hin.get(), prev->get(), nc);
+      rmsnorm_forward<D, T>(md.hn.get(), md.hn_rstd.get(), md.hin.get(), params_.w(md.prefix + "hnorm.weight"), n, c, eps);
+      // eh_proj(cat(enorm(emb), hnorm(h))): the embedding half first, as Megatron concatenates.
+      md.cat.resize(2 * nc);
+      T* cat = md.cat.get();
+      const T* en = md.en.get();
+      const T* hn = md.hn.get();
+      D::launch(n, [=] HT_HD(long r) {
+        for (int j = 0; j < c; ++j) {
+          cat[r * 2 * c + j] = en[r * c + j];
+          cat[r * 2 * c + c + j] = hn[r * c + j];
+        }
+      });
+      Buf<D, T> x(nc);
+      D::gemm(x.get(), cat, params_.w(md.prefix + "eh_proj.weight"), n, c, 2 * c, false, true, false);
+      for (auto& blk : md.blocks) {
+        blk.forward(x, eps, b_, t_, c);
+        loss.aux += static_cast<double>(blk.branch->aux_loss());
+        loss.z += static_cast<double>(blk.branch->z_loss());
+      }
+      md.pre = std::move(x);
+      md.hout.resize(nc);
+      md.fn_rstd.resize(static_cast<std::size_t>(n));
+      rmsnorm_forward<D, T>(md.hout.get(), md.fn_rstd.get(), md.pre.get(), params_.w(md.prefix + "final_layernorm.weight"),
+                            n, c, eps);
+      md.logits.resize(static_cast<std::size_t>(n) * v);
+      output_forward<D, T>(md.logits.get(), md.hout.get(), params_.w(kOut), n, c, v);
+      md.lse.resize(static_cast<std::size_t>(n));
+      loss.mtp.push_back(static_cast<double>(
+          cross_entropy_forward<D, T>(md.lse.get(), md.logits.get(), md.targets.get(), md.weights.get(), n, v)));
+      prev = &md.hout;
+    }
+    loss.total = loss.lm + loss.aux + loss.z;
+    for (const double m : loss.mtp) loss.total += m;
+    have_forward_ = true;
+    return loss;
+  }
+
+  // Gradients of LossBreakdown::total accumulate into the device gradients.
+  void backward() {
+    if (!have_forward_) throw EngineError(ErrorCode::BadInput, "backward() called before forward()");
+    const ModelConfig& cfg = host_.config();
+    const int n = b_ * t_, c = cfg.hidden, v = cfg.vocab_size;
+    const std::size_t nc = static_cast<std::size_t>(n) * c;
+    Buf<D, T> dnext;
+    for (int d = static_cast<int>(mtp_.size()) - 1; d >= 0; --d) {
+      Depth& md = mtp_[static_cast<std::size_t>(d)];
+      Buf<D, T> dlogits = zeros(static_cast<std::size_t>(n) * v), dhout = zeros(nc);
+      cross_entropy_backward<D, T>(dlogits.get(), md.logits.get(), md.targets.get(), md.weights.get(), md.lse.get(), n,
+                                   v, T(1));
+      output_backward<D, T>(dhout.get(), params_.g(kOut), dlogits.get(), md.hout.get(), params_.w(kOut), n, c, v);
+      if (dnext.size() > 0) add_into(dhout, dnext);
+      Buf<D, T> dx = zeros(nc);
+      rmsnorm_backward<D, T>(dx.get(), params_.g(md.prefix + "final_layernorm.weight"), dhout.get(), md.pre.get(),
+                             params_.w(md.prefix + "final_layernorm.weight"), md.fn_rstd.get(), n, c);
+      for (auto it = md.blocks.rbegin(); it != md.blocks.rend(); ++it) it->backward(dx, b_, t_, c);
+      Buf<D, T> dcat = zeros(2 * nc);
+      D::gemm(dcat.get(), dx.get(), params_.w(md.prefix + "eh_proj.weight"), n, 2 * c, c, false, false, true);
+      D::gemm(params_.g(md.prefix + "eh_proj.weight"), dx.get(), md.cat.get(), c, 2 * c, n, true, false, true);
+      Buf<D, T> den(nc), dhn(nc);
+      T* de = den.get();
+      T* dhh = dhn.get();
+      const T* dc = dcat.get();
+      D::launch(n, [=] HT_HD(long r) {
+        for (int j = 0; j < c; ++j) {
+          de[r * c + j] = dc[r * 2 * c + j];
+          dhh[r * c + j] = dc[r * 2 * c + c + j];
+        }
+      });
+      Buf<D, T> demb = zeros(nc);
+      rmsnorm_backward<D, T>(demb.get(), params_.g(md.prefix + "enorm.weight"), den.get(), md.emb.get(),
+                             params_.w(md.prefix + "enorm.weight"), md.en_rstd.get(), n, c);
+      embedding_backward<D, T>(params_.g(kWte), demb.get(), md.ids.get(), n, c);
+      dnext = zeros(nc);
+      rmsnorm_backward<D, T>(dnext.get(), params_.g(md.prefix + "hnorm.weight"), dhn.get(), md.hin.get(),
+                             params_.w(md.prefix + "hnorm.weight"), md.hn_rstd.get(), n, c);
+    }
+    Buf<D, T> dlogits = zeros(static_cast<std::size_t>(n) * v), dhf = zeros(nc);
+    cross_entropy_backward<D, T>(dlogits.get(), logits_.get(), targets_.get(), lm_weights_.get(), lse_.get(), n, v, T(1));
+    output_backward<D, T>(dhf.get(), params_.g(kOut), dlogits.get(), h_final_.get(), params_.w(kOut), n, c, v);
+    if (dnext.size() > 0) add_into(dhf, dnext);
+    Buf<D, T> dh = zeros(nc);
+    rmsnorm_backward<D, T>(dh.get(), params_.g(kFinalNorm), dhf.get(), h_pre_final_.get(), params_.w(kFinalNorm),
+                           fn_rstd_.get(), n, c);
+    for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) it->backward(dh, b_, t_, c);
+    embedding_backward<D, T>(params_.g(kWte), dh.get(), tokens_.get(), n, c);
+  }
+
+  void zero_grad() { params_.zero_grad(); }
+  void download_grads() { params_.download_grads(); }
+  void upload_params() { params_.upload_params(); }
+  std::vector<T> logits() const {
+    std::vector<T> out(logits_.size());
+    D::download(out.data(), logits_.get(), out.size());
+    return out;
+  }
+
+ private:
+  static constexpr const char* kWte = "embedding.word_embeddings.weight";
+  static constexpr const char* kFinalNorm = "decoder.final_norm.weight";
+  static constexpr const char* kOut = "output_layer.weight";
+
+  // h_out = h + branch(rmsnorm(h)), the CPU's Block.
+  struct Block {
+    const T* norm_w = nullptr;
+    T* norm_g = nullptr;
+    std::unique_ptr<DevBranch<D, T>> branch;
+    Buf<D, T> h_in, normed, out, rstd;
+
+    void forward(Buf<D, T>& h, T eps, int b, int t, int c) {
+      const std::size_t nc = h.size();
+      const int n = b * t;
+      h_in.resize(nc);
+      D::copy(h_in.get(), h.get(), nc);
+      normed.resize(nc);
+      out.resize(nc);
+      rstd.resize(static_cast<std::size_t>(n));
+      rmsnorm_forward<D, T>(normed.get(), rstd.get(), h_in.get(), norm_w, n, c, eps);
+      branch->forward(normed.get(), out.get(), b, t);
+      add_inplace<D, T>(h.get(), out.get(), static_cast<long>(nc));
+    }
+    // dh holds d(h_out) on entry and d(h_in) on return.
+    void backward(Buf<D, T>& dh, int b, int t, int c) {
+      Buf<D, T> dnormed;
+      dnormed.assign_zero(dh.size());
+      branch->backward(normed.get(), dh.get(), dnormed.get(), b, t);
+      rmsnorm_backward<D, T>(dh.get(), norm_g, dnormed.get(), h_in.get(), norm_w, rstd.get(), b * t, c);
+    }
+  };
+  struct Depth {
+    std::string prefix;
+    std::vector<Block> blocks;
+    Buf<D, int> ids, targets;
+    Buf<D, T> weights, emb, en, hn, hin, cat, pre, hout, logits, lse, en_rstd, hn_rstd, fn_rstd;
+  };
+
+  Block make_block(char sym, const std::string& pre, T loss_scale) {
+    Block blk;
+    const std::string norm = pre + prenorm_name(sym);
+    blk.norm_w = params_.w(norm);
+    blk.norm_g = params_.g(norm);
+    blk.branch = make_dev_branch<D, T>(sym, host_.config(), params_, pre, loss_scale);
+    return blk;
+  }
+  static Buf<D, T> zeros(std::size_t n) {
+    Buf<D, T> b;
+    b.assign_zero(n);
+    return b;
+  }
+  static void add_into(Buf<D, T>& dst, const Buf<D, T>& src) {
+    add_inplace<D, T>(dst.get(), src.get(), static_cast<long>(dst.size()));
+  }
+
+  HybridModel<T>& host_;
+  DevParams<D, T> params_;
+  std::vector<Block> blocks_;
+  std::vector<Depth> mtp_;
+  int b_ = 0, t_ = 0;
+  bool have_forward_ = false;
+  Buf<D, int> tokens_, targets_;
+  Buf<D, T> h_pre_final_, h_final_, fn_rstd_, logits_, lm_weights_, lse_;
+};
+
+}  // namespace ht::engine::dev
+
+#include "ht/engine/cuda/device_model.hpp"
+
+namespace ht::engine::dev {
+
+// DevModel<D, float> behind the plain DeviceModel interface (device_model.hpp).
+template <class D>
+class DeviceModelOn final : public cuda::DeviceModel {
+ public:
+  DeviceModelOn(HybridModel<float>& host, std::string name) : m_(host), name_(std::move(name)) {}
+  std::string device() const override { return name_; }
+  LossBreakdown forward(const Batch& batch) override { return m_.forward(batch); }
+  void backward() override { m_.backward(); }
+  void zero_grad() override { m_.zero_grad(); }
+  void download_grads() override { m_.download_grads(); }
+  void upload_params() override { m_.upload_params(); }
+
+ private:
+  DevModel<D, float> m_;
+  std::string name_;
+};
+
+}  // namespace ht::engine::dev

@@ -1,0 +1,52 @@
+// A HybridModel<float> mirrored on a device: the device model (dev/model.hpp) behind a plain C++
+// interface, so the CLI and tests use it without CUDA headers. Two devices: the GPU (CUDA
+// backend builds only) and the host emulation of the device, which runs the same layer code on
+// the CPU and is how everything above the CUDA policy is tested without a GPU.
+//
+// The host model keeps the weights, the optimizer state and the checkpoints: a step is
+// zero_grad, forward, backward, download_grads (into the host model's gradients), an optimizer
+// step on the host, upload_params.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ht/engine/model.hpp"
+
+namespace ht::engine::cuda {
+
+class DeviceModel {
+ public:
+  virtual ~DeviceModel() = default;
+  virtual std::string device() const = 0;  // "cuda:<name>" or "host emulation"
+  virtual LossBreakdown forward(const Batch& batch) = 0;
+  virtual void backward() = 0;
+  virtual void zero_grad() = 0;
+  virtual void download_grads() = 0;
+  virtual void upload_params() = 0;
+};
+
+using DeviceModelFactory = std::function<std::unique_ptr<DeviceModel>(HybridModel<float>&)>;
+
+std::unique_ptr<DeviceModel> make_host_device_model(HybridModel<float>& host);
+// Throws std::runtime_error without a usable GPU or without the CUDA backend in this build.
+std::unique_ptr<DeviceModel> make_cuda_device_model(HybridModel<float>& host);
+
+// Whole-model checks on a device, for `verify --backend cuda|cuda-host`: for each pattern pair,
+// grouped vs flattened on the device (bitwise), and the device against the CPU HybridModel
+// (bitwise where every layer is; else within the float32 bound of layer_compare.hpp, with a
+// float64 HybridModel as the oracle).
+struct ModelComparison {
+  std::string pair;     // device_grouped_vs_flattened | cpu_vs_device_model
+  std::string config;   // the pattern(s)
+  double max_abs_diff = 0;
+  bool bitwise = false;
+  bool pass = false;
+  std::string note;
+};
+std::vector<ModelComparison> compare_models(const DeviceModelFactory& make, std::uint64_t seed);
+
+}  // namespace ht::engine::cuda

@@ -1,0 +1,35 @@
+// The GPU device (dev::Cuda): the CUDA layers against the CPU reference (compare_layers_cuda) and
+// the device model on the GPU (make_cuda_device_model).
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "dev_cuda.cuh"
+#include "ht/engine/cuda/dev/compare.hpp"
+#include "ht/engine/cuda/dev/model.hpp"
+#include "ht/engine/cuda/device_model.hpp"
+#include "ht/engine/cuda/layer_compare.hpp"
+#include "ht/engine/cuda_probe.hpp"
+
+namespace ht::engine::cuda {
+namespace {
+
+std::string usable_gpu_or_throw() {
+  const CudaProbe probe = cuda_probe();
+  if (!probe.usable) throw std::runtime_error("no usable CUDA GPU: " + probe.reason);
+  return probe.device_name;
+}
+
+}  // namespace
+
+std::vector<LayerComparison> compare_layers_cuda(std::uint64_t seed, const LayerShape& shape) {
+  usable_gpu_or_throw();
+  return ::ht::engine::dev::compare::compare_layers<::ht::engine::dev::Cuda, float>(seed, shape);
+}
+
+std::unique_ptr<DeviceModel> make_cuda_device_model(HybridModel<float>& host) {
+  const std::string name = usable_gpu_or_throw();
+  return std::make_unique<::ht::engine::dev::DeviceModelOn<::ht::engine::dev::Cuda>>(host, "cuda:" + name);
+}
+
+}  // namespace ht::engine::cuda

@@ -1,14 +1,14 @@
 # `verify --backend cuda-host --json`: the CUDA layer code on the host emulation, no GPU needed.
-# Expects exit 0, one passing cpu_vs_cuda_host_layer row per layer quantity (38) covering every
-# CUDA layer, then 3 device_grouped_vs_flattened rows (bitwise) and 3 cpu_vs_device_model rows;
+# Expects exit 0, one passing cpu_vs_cuda_host_layer row per layer quantity (55) covering every
+# CUDA layer, then 4 device_grouped_vs_flattened rows (bitwise) and 4 cpu_vs_device_model rows;
 # a failing row would exit 1 and print verdict "fail".
 execute_process(COMMAND ${BIN} verify --backend cuda-host --json RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "expected exit 0, got ${rc}; stderr: ${err}")
 endif()
 string(JSON n LENGTH "${out}")
-if(NOT n EQUAL 44)
-  message(FATAL_ERROR "expected 44 rows, got ${n}")
+if(NOT n EQUAL 63)
+  message(FATAL_ERROR "expected 63 rows, got ${n}")
 endif()
 set(layers "")
 set(pairs "")
@@ -34,7 +34,7 @@ if(NOT pairs STREQUAL "cpu_vs_cuda_host_layer;device_grouped_vs_flattened;cpu_vs
   message(FATAL_ERROR "pairs ${pairs}")
 endif()
 list(REMOVE_DUPLICATES layers)
-set(expected rmsnorm embedding output+ce mlp attention attention_window moe mamba2)
+set(expected rmsnorm embedding output+ce mlp attention attention_window moe mamba2 gdn mla)
 if(NOT layers STREQUAL expected)
   message(FATAL_ERROR "layers ${layers}, expected ${expected}")
 endif()

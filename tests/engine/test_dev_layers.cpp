@@ -59,9 +59,9 @@ TEST_CASE("CUDA layer code (host emulation) matches the CPU reference within the
         if (c.layer != "mlp" && c.layer != "moe") CHECK(c.diff_cpu == 0);
         layers.insert(c.layer);
       }
-      CHECK(rows.size() == 38);
+      CHECK(rows.size() == 55);
       CHECK(layers == std::set<std::string>{"rmsnorm", "embedding", "output+ce", "mlp", "attention",
-                                            "attention_window", "moe", "mamba2"});
+                                            "attention_window", "moe", "mamba2", "gdn", "mla"});
     }
 }
 
@@ -71,7 +71,7 @@ TEST_CASE("CUDA layer code in float64 agrees with the float64 CPU reference to f
   // from another implementation: the difference must be K double-precision roundings, not more.
   for (const LayerShape& shape : {LayerShape{}, odd_shape()}) {
     const auto rows = ht::engine::cuda::compare_layers_host(7, shape, /*float64=*/true);
-    REQUIRE(rows.size() == 38);
+    REQUIRE(rows.size() == 55);
     for (const auto& c : rows) {
       INFO(describe(c));
       CHECK(c.err_dev <= 8.0 * c.depth * 0x1p-53 * c.scale);

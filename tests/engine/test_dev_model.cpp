@@ -131,14 +131,16 @@ TEST_CASE("compare_models on the host emulation: grouped == flattened bitwise, C
           "[engine][cuda-layers][dev-model]") {
   // The rows `verify --backend cuda` prints for the GPU, computed by the same code on the host.
   const auto rows = cuda::compare_models(cuda::make_host_device_model, 11);
-  REQUIRE(rows.size() == 6);
+  REQUIRE(rows.size() == 8);
   for (const auto& r : rows) {
     INFO(r.pair << " " << r.config << ": " << r.note);
     CHECK(r.pass);
     if (r.pair == "device_grouped_vs_flattened") CHECK(r.bitwise);
   }
-  // Mamba2 and attention are bitwise to the CPU on the host; SwiGLU differs in exp's last bits.
-  CHECK(rows.back().config == "M*M*");
+  // Mamba2, GDN, attention and MLA are bitwise to the CPU on the host; SwiGLU differs in exp's
+  // last bits.
+  CHECK(rows.back().config == "MG*G");
+  CHECK(rows[rows.size() - 2].config == "G+E/+E");
   CHECK(rows.back().bitwise);
 }
 

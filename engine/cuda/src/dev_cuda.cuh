@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <map>
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -20,13 +21,51 @@ __global__ void launch_kernel(long n, F f) {
   if (i < n) f(i);
 }
 
-// One stream, one cuBLAS handle (pedantic FP32), one workspace: created on first use, kept for the
-// process (the driver tears them down at exit).
+// One stream, one cuBLAS handle (pedantic FP32), one workspace and a block cache: created on first
+// use, kept for the process (the driver tears them down at exit).
+//
+// The cache keeps freed blocks by size and hands them out again instead of cudaMalloc/cudaFree:
+// cudaFree waits for the whole device, which would serialise every layer's scratch buffers with
+// the host. Reuse is safe because everything runs on the one stream: work queued before a block
+// was released finishes before work queued after it was handed out again.
 struct CudaContext {
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
   void* workspace = nullptr;
+  std::multimap<std::size_t, void*> free_blocks;  // rounded size -> block
+  std::map<void*, std::size_t> block_size;
+  double gemm_flops = 0;  // 2 m n k of every GEMM issued (benchmarks read it)
   static constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
+
+  static std::size_t rounded(std::size_t bytes) {
+    const std::size_t q = bytes < (std::size_t{1} << 20) ? 512 : (std::size_t{1} << 20);
+    return (bytes + q - 1) / q * q;
+  }
+  void* take(std::size_t bytes) {
+    const std::size_t r = rounded(bytes);
+    const auto it = free_blocks.find(r);
+    if (it != free_blocks.end()) {
+      void* p = it->second;
+      free_blocks.erase(it);
+      return p;
+    }
+    void* p = nullptr;
+    if (cudaMalloc(&p, r) != cudaSuccess) {  // out of memory: give the cache back and try once more
+      cudaGetLastError();
+      trim();
+      cuda::check(cudaMalloc(&p, r), "cudaMalloc");
+    }
+    block_size[p] = r;
+    return p;
+  }
+  void give(void* p) { free_blocks.emplace(block_size.at(p), p); }
+  void trim() {
+    for (auto& [size, p] : free_blocks) {
+      cudaFree(p);
+      block_size.erase(p);
+    }
+    free_blocks.clear();
+  }
 
   static CudaContext& get() {
     static CudaContext* ctx = [] {
@@ -49,14 +88,10 @@ struct Cuda {
   static constexpr int kThreads = 128;
 
   template <class T> static T* alloc(std::size_t n) {
-    if (n == 0) return nullptr;
-    void* p = nullptr;
-    cuda::check(cudaMalloc(&p, n * sizeof(T)), "cudaMalloc");
-    return static_cast<T*>(p);
+    return n == 0 ? nullptr : static_cast<T*>(CudaContext::get().take(n * sizeof(T)));
   }
-  // cudaFree waits for the work queued before it, so a buffer is never freed under a kernel.
   template <class T> static void release(T* p) {
-    if (p) cudaFree(p);
+    if (p) CudaContext::get().give(p);
   }
   template <class T> static void fill_zero(T* p, std::size_t n) {
     if (n) cuda::check(cudaMemsetAsync(p, 0, n * sizeof(T), CudaContext::get().stream), "cudaMemsetAsync");
@@ -70,7 +105,8 @@ struct Cuda {
   template <class T> static void download(T* host, const T* src, std::size_t n) { transfer(host, src, n, cudaMemcpyDeviceToHost); }
   template <class T>
   static void gemm(T* out, const T* a, const T* b, int m, int n, int k, bool trans_a, bool trans_b, bool accumulate) {
-    const CudaContext& c = CudaContext::get();
+    CudaContext& c = CudaContext::get();
+    c.gemm_flops += 2.0 * m * n * k;
     cuda::gemm_rowmajor<T>(c.blas, c.stream, out, a, b, m, n, k, trans_a, trans_b, accumulate);
   }
   template <class F> static void launch(long n, F f) {

@@ -18,7 +18,8 @@ namespace ht::engine::cuda {
 namespace {
 
 // Small but covering every branch the device model runs: GQA 2:1, a window, top-2 of 4 experts
-// with a shared expert, a Mamba2 with 2 groups.
+// with a shared expert, a Mamba2 with 2 groups, a GDN with 2 value heads per q/k head, an MLA
+// with low-rank q.
 ModelConfig compare_config() {
   ModelConfig c;
   c.vocab_size = 37;
@@ -39,6 +40,16 @@ ModelConfig compare_config() {
   c.mamba_num_heads = 4;
   c.mamba_num_groups = 2;
   c.mamba_conv_kernel = 3;
+  c.gdn_num_heads = 2;
+  c.gdn_num_v_heads = 4;
+  c.gdn_head_dim_qk = 6;
+  c.gdn_head_dim_v = 4;
+  c.gdn_conv_kernel = 3;
+  c.mla_q_lora_rank = 10;
+  c.mla_kv_lora_rank = 8;
+  c.mla_qk_head_dim = 4;
+  c.mla_qk_pos_head_dim = 2;
+  c.mla_v_head_dim = 4;
   c.init_std = 0.2f;
   return c;
 }
@@ -98,7 +109,7 @@ std::vector<ModelComparison> compare_models(const DeviceModelFactory& make, std:
   std::vector<ModelComparison> rows;
 
   const std::vector<std::pair<std::string, std::string>> pairs{
-      {"M[*E]M[*E]-", "M*EM*E-"}, {"[WE]E/WE", "WEE/WE"}, {"-[*-]/*-/*-", "-*-/*-/*-"}};
+      {"M[*E]M[*E]-", "M*EM*E-"}, {"[WE]E/WE", "WEE/WE"}, {"-[*-]/*-/*-", "-*-/*-/*-"}, {"[MG]+[G-]", "MG+G-"}};
   for (const auto& [grouped, flat] : pairs) {
     HybridModel<float> g(patterns::parse(grouped), cfg, seed), f(patterns::parse(flat), cfg, seed);
     const double d = max_abs_diff(on_device(make, g, batch), on_device(make, f, batch));
@@ -106,7 +117,7 @@ std::vector<ModelComparison> compare_models(const DeviceModelFactory& make, std:
                     "losses and every gradient by canonical name, one microbatch, bitwise required"});
   }
 
-  for (const std::string text : {"M[*E]-/*E", "[WE]M-", "M*M*"}) {
+  for (const std::string text : {"M[*E]-/*E", "[WE]M-", "G+E/+E", "MG*G"}) {
     const auto p = patterns::parse(text);
     HybridModel<float> cpu(p, cfg, seed), mirror(p, cfg, seed);
     HybridModel<double> ref(p, cfg, seed);

@@ -357,7 +357,9 @@ struct Run {
 }  // namespace ht::engine::dev::compare
 
 // The mixers' comparisons use Run (above).
+#include "ht/engine/cuda/dev/compare_gdn.hpp"
 #include "ht/engine/cuda/dev/compare_mamba2.hpp"
+#include "ht/engine/cuda/dev/compare_mla.hpp"
 
 namespace ht::engine::dev::compare {
 
@@ -375,6 +377,8 @@ std::vector<LayerComparison> compare_layers(std::uint64_t seed, const cuda::Laye
   run.attention(rng, shape.batch, shape.seq, shape.cfg, shape.cfg.window);
   run.moe(rng, n, shape.cfg);
   compare_mamba2<D, TD>(run, rng, shape.batch, shape.seq, shape.cfg);
+  compare_gdn<D, TD>(run, rng, shape.batch, shape.seq, shape.cfg);
+  compare_mla<D, TD>(run, rng, shape.batch, shape.seq, shape.cfg);
   return out;
 }
 

@@ -23,6 +23,7 @@ namespace ht::engine::dev {
 
 struct Host {
   static constexpr const char* kName = "host";
+  static inline double gemm_flops = 0;  // 2 m n k of every GEMM issued (benchmarks read it)
   template <class T> static T* alloc(std::size_t n) { return n ? new T[n] : nullptr; }
   template <class T> static void release(T* p) { delete[] p; }
   template <class T> static void fill_zero(T* p, std::size_t n) { std::fill_n(p, n, T(0)); }
@@ -33,6 +34,7 @@ struct Host {
   // out (m, n) (+)= op(a) op(b), the layout of cpu::matmul (gemm.hpp).
   template <class T>
   static void gemm(T* out, const T* a, const T* b, int m, int n, int k, bool trans_a, bool trans_b, bool accumulate) {
+    gemm_flops += 2.0 * m * n * k;
     cpu::matmul<T>(out, a, b, m, n, k, trans_a, trans_b, accumulate);
   }
   template <class F> static void launch(long n, F f) {

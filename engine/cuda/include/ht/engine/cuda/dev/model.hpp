@@ -20,7 +20,9 @@
 #include "ht/engine/cuda/dev/attention.hpp"
 #include "ht/engine/cuda/dev/basic.hpp"
 #include "ht/engine/cuda/dev/host.hpp"
+#include "ht/engine/cuda/dev/gdn.hpp"
 #include "ht/engine/cuda/dev/mamba2.hpp"
+#include "ht/engine/cuda/dev/mla.hpp"
 #include "ht/engine/cuda/dev/moe.hpp"
 #include "ht/engine/cuda/dev/swiglu.hpp"
 #include "ht/engine/error.hpp"
@@ -183,6 +185,60 @@ class Mamba2BranchD final : public DevBranch<D, T> {
   Mamba2CacheD<D, T> cache_;
 };
 
+template <class D, class T>
+class GdnBranchD final : public DevBranch<D, T> {
+ public:
+  GdnBranchD(const ModelConfig& cfg, DevParams<D, T>& p, const std::string& pre) : cfg_(cfg) {
+    auto both = [&](const char* name) { return std::pair{p.w(pre + name), p.g(pre + name)}; };
+    std::tie(w_.in_proj, g_.in_proj) = both("self_attention.in_proj.weight");
+    std::tie(w_.conv_weight, g_.conv_weight) = both("self_attention.conv1d.weight");
+    std::tie(w_.dt_bias, g_.dt_bias) = both("self_attention.dt_bias");
+    std::tie(w_.A_log, g_.A_log) = both("self_attention.A_log");
+    std::tie(w_.out_norm, g_.out_norm) = both("self_attention.out_norm.weight");
+    std::tie(w_.out_proj, g_.out_proj) = both("self_attention.out_proj.weight");
+  }
+  void forward(const T* x, T* out, int b, int t) override { gdn_forward<D, T>(cfg_, w_, x, out, b, t, cfg_.hidden, cache_); }
+  void backward(const T* x, const T* dout, T* dx, int b, int t) override {
+    gdn_backward<D, T>(cfg_, w_, cache_, x, dout, dx, g_, b, t, cfg_.hidden);
+  }
+
+ private:
+  ModelConfig cfg_;
+  GdnW<T> w_;
+  GdnGrad<T> g_;
+  GdnCacheD<D, T> cache_;
+};
+
+template <class D, class T>
+class MlaBranchD final : public DevBranch<D, T> {
+ public:
+  MlaBranchD(const ModelConfig& cfg, DevParams<D, T>& p, const std::string& pre) : cfg_(cfg) {
+    // The low-rank q path or the direct q projection, whichever the host model holds.
+    auto both = [&](const char* name) {
+      const std::string key = pre + "self_attention." + name;
+      return p.has(key) ? std::pair<const T*, T*>{p.w(key), p.g(key)} : std::pair<const T*, T*>{nullptr, nullptr};
+    };
+    std::tie(w_.q_proj, g_.q_proj) = both("linear_q_proj.weight");
+    std::tie(w_.q_down, g_.q_down) = both("linear_q_down_proj.weight");
+    std::tie(w_.q_norm, g_.q_norm) = both("linear_q_up_proj.layer_norm_weight");
+    std::tie(w_.q_up, g_.q_up) = both("linear_q_up_proj.weight");
+    std::tie(w_.kv_down, g_.kv_down) = both("linear_kv_down_proj.weight");
+    std::tie(w_.kv_norm, g_.kv_norm) = both("linear_kv_up_proj.layer_norm_weight");
+    std::tie(w_.kv_up, g_.kv_up) = both("linear_kv_up_proj.weight");
+    std::tie(w_.proj, g_.proj) = both("linear_proj.weight");
+  }
+  void forward(const T* x, T* out, int b, int t) override { mla_forward<D, T>(cfg_, w_, x, out, b, t, cfg_.hidden, cache_); }
+  void backward(const T* x, const T* dout, T* dx, int b, int t) override {
+    mla_backward<D, T>(cfg_, w_, cache_, x, dout, dx, g_, b, t, cfg_.hidden);
+  }
+
+ private:
+  ModelConfig cfg_;
+  MlaW<T> w_;
+  MlaGrad<T> g_;
+  MlaCacheD<D, T> cache_;
+};
+
 // The symbol -> device layer table (the device twin of branch.cpp's make_branch). Symbols whose
 // device layer is not written yet are refused by name before anything runs.
 template <class D, class T>
@@ -194,9 +250,11 @@ std::unique_ptr<DevBranch<D, T>> make_dev_branch(char symbol, const ModelConfig&
     case '-': return std::make_unique<MlpBranchD<D, T>>(cfg, p, pre);
     case 'E': return std::make_unique<MoeBranchD<D, T>>(cfg, p, pre, loss_scale);
     case 'M': return std::make_unique<Mamba2BranchD<D, T>>(cfg, p, pre);
+    case '+': return std::make_unique<MlaBranchD<D, T>>(cfg, p, pre);
+    case 'G': return std::make_unique<GdnBranchD<D, T>>(cfg, p, pre);
     default:
       throw EngineError(ErrorCode::Unsupported, std::string("layer symbol '") + symbol +
-                                                    "' has no CUDA layer yet (the device model runs M * W - E)");
+                                                    "' has no CUDA layer yet (the device model runs M G * W + - E)");
   }
 }
 

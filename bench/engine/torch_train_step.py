@@ -3,7 +3,9 @@
 times forward + backward + AdamW of the same hybrid model in float32 on THREADS threads, plus
 fwd+bwd of each layer type's branch alone. Prints one JSON object.
 
-Usage: torch_train_step.py DIR STEPS THREADS
+Usage: torch_train_step.py DIR STEPS THREADS [DEVICE]
+DEVICE (default cpu) may be cuda: the same model on the GPU, float32 with TF32 off, every timing
+taken after torch.cuda.synchronize(); "fwdbwd_ms" is forward + backward without the optimizer.
 
 The model is tests/engine/model_oracle.py's composition of tests/oracle/torch_oracle.py's layers
 (the judge of the engine's math), with four layer functions swapped for the fastest eager forms
@@ -31,6 +33,7 @@ import time
 from pathlib import Path
 
 THREADS = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+DEVICE = sys.argv[4] if len(sys.argv) > 4 else "cpu"
 # OpenBLAS sizes its pool when it is loaded (with torch): set it before the import.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", str(THREADS))
 os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
@@ -215,13 +218,20 @@ def rel(a, b):
     return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
 
 
+def sync():
+    if DEVICE != "cpu":
+        torch.cuda.synchronize()
+
+
 def timed(reps, f):
     """Fastest of reps calls after a warm-up, in ms (as the C++ side: load only adds time)."""
     f()
+    sync()
     best = None
     for _ in range(reps):
         t0 = time.perf_counter()
         f()
+        sync()
         ms = (time.perf_counter() - t0) * 1000.0
         best = ms if best is None else min(best, ms)
     return best
@@ -230,18 +240,24 @@ def timed(reps, f):
 def main():
     torch.set_num_threads(THREADS)
     blas = blas_report()
+    if DEVICE != "cpu":
+        # The engine's GEMMs are FP32 without TF32 (cuBLAS pedantic): the peer computes the same.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.set_default_device(DEVICE)
     d, steps = Path(sys.argv[1]), int(sys.argv[2])
     manifest = json.loads((d / "ckpt" / "manifest.json").read_text())
     cfg, pattern = manifest["config"], manifest["pattern"]
     _, W = L.read_safetensors(d / "ckpt" / "model.safetensors")
     _, Bt = L.read_safetensors(d / "batch.safetensors")
-    tokens, targets = Bt["tokens"].long(), Bt["targets"].long()
+    W = {k: v.to(DEVICE) for k, v in W.items()}
+    tokens, targets = Bt["tokens"].long().to(DEVICE), Bt["targets"].long().to(DEVICE)
 
     # Per layer type: the residual branch alone (no pre-norm), forward + backward on (B, T, C).
-    g = torch.Generator().manual_seed(3)
+    g = torch.Generator(device="cpu").manual_seed(3)
     B, T, C = tokens.shape[0], tokens.shape[1], cfg["hidden"]
-    x = torch.randn(B, T, C, generator=g).requires_grad_()
-    dout = torch.randn(B, T, C, generator=g)
+    x = torch.randn(B, T, C, generator=g, device="cpu").to(DEVICE).requires_grad_()
+    dout = torch.randn(B, T, C, generator=g, device="cpu").to(DEVICE)
     layer_ms, check = {}, {}
     for sym, logical in M.physical_layers(pattern.split("/")[0]):
         if sym in layer_ms:
@@ -279,7 +295,15 @@ def main():
         opt.step()
 
     step_ms = timed(steps, step)
-    out = {"step_ms": step_ms, "first_loss": first[0], "layer_ms": layer_ms, "peer_check": check,
+
+    def fwdbwd():
+        opt.zero_grad()
+        total, _ = M.forward(P, cfg, pattern, tokens, targets)
+        total.backward()
+
+    fwdbwd_ms = timed(steps, fwdbwd)
+    out = {"step_ms": step_ms, "fwdbwd_ms": fwdbwd_ms, "first_loss": first[0], "layer_ms": layer_ms,
+           "peer_check": check, "device": DEVICE if DEVICE == "cpu" else torch.cuda.get_device_name(),
            "threads": torch.get_num_threads(), "blas": blas,
            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
     print(json.dumps(out))

@@ -109,6 +109,8 @@ struct Cuda {
     c.gemm_flops += 2.0 * m * n * k;
     cuda::gemm_rowmajor<T>(c.blas, c.stream, out, a, b, m, n, k, trans_a, trans_b, accumulate);
   }
+  static void synchronize() { cuda::check(cudaStreamSynchronize(CudaContext::get().stream), "cudaStreamSynchronize"); }
+  static double gemm_flops_total() { return CudaContext::get().gemm_flops; }
   template <class F> static void launch(long n, F f) {
     if (n <= 0) return;
     const long blocks = (n + kThreads - 1) / kThreads;

@@ -32,4 +32,9 @@ std::unique_ptr<DeviceModel> make_cuda_device_model(HybridModel<float>& host) {
   return std::make_unique<::ht::engine::dev::DeviceModelOn<::ht::engine::dev::Cuda>>(host, "cuda:" + name);
 }
 
+double measure_gemm_tflops_cuda(int n, int reps) {
+  usable_gpu_or_throw();
+  return ::ht::engine::dev::measure_gemm_tflops<::ht::engine::dev::Cuda>(n, reps);
+}
+
 }  // namespace ht::engine::cuda

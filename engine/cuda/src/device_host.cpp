@@ -18,4 +18,6 @@ std::unique_ptr<DeviceModel> make_host_device_model(HybridModel<float>& host) {
   return std::make_unique<::ht::engine::dev::DeviceModelOn<::ht::engine::dev::Host>>(host, "host emulation");
 }
 
+double measure_gemm_tflops_host(int n, int reps) { return ::ht::engine::dev::measure_gemm_tflops<::ht::engine::dev::Host>(n, reps); }
+
 }  // namespace ht::engine::cuda

@@ -20,6 +20,9 @@ std::vector<OpComparison> compare_cpu_vs_cuda(std::uint64_t, const CompareShape&
 std::vector<LayerComparison> compare_layers_cuda(std::uint64_t, const LayerShape&) {
   throw std::runtime_error("this build has no CUDA backend (nvcc not found, or HT_ENABLE_CUDA=OFF, at configure time)");
 }
+double measure_gemm_tflops_cuda(int, int) {
+  throw std::runtime_error("this build has no CUDA backend (nvcc not found, or HT_ENABLE_CUDA=OFF, at configure time)");
+}
 std::unique_ptr<DeviceModel> make_cuda_device_model(HybridModel<float>&) {
   throw std::runtime_error("this build has no CUDA backend (nvcc not found, or HT_ENABLE_CUDA=OFF, at configure time)");
 }

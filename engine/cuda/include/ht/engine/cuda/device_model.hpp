@@ -27,7 +27,16 @@ class DeviceModel {
   virtual void zero_grad() = 0;
   virtual void download_grads() = 0;
   virtual void upload_params() = 0;
+  // Waits until the device has finished everything issued (for timing).
+  virtual void synchronize() = 0;
+  // 2 m n k summed over every GEMM this device issued so far (all models on it).
+  virtual double gemm_flops() const = 0;
 };
+
+// The device's FP32 GEMM rate (pedantic, no TF32) on an n x n x n product, best of `reps`, in
+// TFLOP/s: what a model's achieved rate is measured against.
+double measure_gemm_tflops_host(int n, int reps);
+double measure_gemm_tflops_cuda(int n, int reps);  // throws without a usable GPU
 
 using DeviceModelFactory = std::function<std::unique_ptr<DeviceModel>(HybridModel<float>&)>;
 

@@ -40,6 +40,8 @@ struct Host {
   template <class F> static void launch(long n, F f) {
     for (long i = 0; i < n; ++i) f(i);
   }
+  static void synchronize() {}
+  static double gemm_flops_total() { return gemm_flops; }
 };
 
 // An owning buffer of n values in D's memory. resize() keeps nothing (callers overwrite or zero).

@@ -512,9 +512,33 @@ class DevModel {
 
 }  // namespace ht::engine::dev
 
+#include <algorithm>
+#include <chrono>
+
 #include "ht/engine/cuda/device_model.hpp"
 
 namespace ht::engine::dev {
+
+// measure_gemm_tflops_* (device_model.hpp) for a policy D.
+template <class D>
+double measure_gemm_tflops(int n, int reps) {
+  const std::size_t nn = static_cast<std::size_t>(n) * n;
+  std::vector<float> host(nn);
+  for (std::size_t i = 0; i < nn; ++i) host[i] = static_cast<float>(i % 7) * 0.25f - 0.75f;
+  const Buf<D, float> a = upload<D>(host.data(), nn), b = upload<D>(host.data(), nn);
+  Buf<D, float> c(nn);
+  D::gemm(c.get(), a.get(), b.get(), n, n, n, false, false, false);  // warm-up
+  D::synchronize();
+  double best = 0;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    D::gemm(c.get(), a.get(), b.get(), n, n, n, false, false, false);
+    D::synchronize();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, 2.0 * n * static_cast<double>(n) * n / s / 1e12);
+  }
+  return best;
+}
 
 // DevModel<D, float> behind the plain DeviceModel interface (device_model.hpp).
 template <class D>
@@ -527,6 +551,8 @@ class DeviceModelOn final : public cuda::DeviceModel {
   void zero_grad() override { m_.zero_grad(); }
   void download_grads() override { m_.download_grads(); }
   void upload_params() override { m_.upload_params(); }
+  void synchronize() override { D::synchronize(); }
+  double gemm_flops() const override { return D::gemm_flops_total(); }
 
  private:
   DevModel<D, float> m_;

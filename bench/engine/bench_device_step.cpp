@@ -157,7 +157,7 @@ int main(int argc, char** argv) try {
   const int gemm_n = gpu ? 8192 : 256;
   const double peak = gpu ? cuda::measure_gemm_tflops_cuda(gemm_n, 5) : cuda::measure_gemm_tflops_host(gemm_n, 3);
 
-  nlohmann::json ref;
+  nlohmann::json ref = nlohmann::json::object();
   if (torch) {
     const std::string cmd = "OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 " + python + " '" + HT_TORCH_STEP_SCRIPT + "' '" +
                             dir.string() + "' " + std::to_string(steps) + " 1 " + (gpu ? "cuda" : "cpu");

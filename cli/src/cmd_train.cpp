@@ -196,6 +196,12 @@ int run_executor(TrainArgs a) {
   return 0;
 }
 
+// The device's weights and AdamW moments into the host model and state (checkpoints, the end).
+void pull_from_device(he::cuda::DeviceModel& device, he::AdamWState<float>& state) {
+  device.download_params();
+  device.download_optimizer_state(state);
+}
+
 int run(TrainArgs a) {
   const bool on_device = a.backend != "cpu";
   if (on_device && a.executor_mode())
@@ -222,11 +228,13 @@ int run(TrainArgs a) {
   if (!a.import_gpt.empty()) he::import_gpt(a.import_gpt, model);
   const auto corpus = he::load_corpus(a.data);
   const std::size_t nparams = model.num_parameters();
-  // --backend cuda / cuda-host: forward and backward on the device model (the GPU, or the same
-  // layer code on the host emulation); the host model keeps weights, AdamW state and checkpoints.
+  // --backend cuda / cuda-host: forward, backward and AdamW on the device model (the GPU, or the
+  // same code on the host emulation); weights and moments come back to the host model for
+  // checkpoints and at the end.
   std::unique_ptr<he::cuda::DeviceModel> device;
   if (a.backend == "cuda") device = he::cuda::make_cuda_device_model(model);
   if (a.backend == "cuda-host") device = he::cuda::make_host_device_model(model);
+  if (device && !a.resume.empty()) device->upload_optimizer_state(state);
   if (!a.quiet)
     std::cerr << "train '" << parsed.text << "': " << nparams << " parameters, batch " << a.batch << " x "
               << a.seq << " bytes of " << corpus.source << " (" << corpus.bytes.size() << " bytes)"
@@ -239,19 +247,19 @@ int run(TrainArgs a) {
     const he::Batch batch = he::sample_batch(corpus, a.batch, a.seq, a.seed, step);
     const auto t0 = std::chrono::steady_clock::now();
     he::LossBreakdown loss;
+    double gnorm = 0;
     if (device) {
       device->zero_grad();
       loss = device->forward(batch);
       device->backward();
-      device->download_grads();
+      gnorm = device->adamw_step(a.opt, state);
     } else {
       model.zero_grad();
       loss = model.forward(batch);
       model.backward();
+      auto params = model.parameters();
+      gnorm = he::adamw_step(a.opt, state, params);
     }
-    auto params = model.parameters();
-    const double gnorm = he::adamw_step(a.opt, state, params);
-    if (device) device->upload_params();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     seconds += dt;
     losses.push_back(loss.total);
@@ -265,10 +273,13 @@ int run(TrainArgs a) {
                 << static_cast<double>(a.batch) * a.seq / dt << " tok/s\n"
                 << std::defaultfloat;
     }
-    if (!a.checkpoint.empty() && a.checkpoint_every > 0 && (i + 1) % a.checkpoint_every == 0 && i + 1 < a.steps)
+    if (!a.checkpoint.empty() && a.checkpoint_every > 0 && (i + 1) % a.checkpoint_every == 0 && i + 1 < a.steps) {
+      if (device) pull_from_device(*device, state);
       he::save_checkpoint(a.checkpoint, model, &state, step + 1, a.seed);
+    }
   }
   const std::int64_t end_step = start_step + a.steps;
+  if (device) pull_from_device(*device, state);
   if (!a.checkpoint.empty()) he::save_checkpoint(a.checkpoint, model, &state, end_step, a.seed);
   const double tokens_per_s = seconds > 0 ? static_cast<double>(a.steps) * a.batch * a.seq / seconds : 0.0;
   const double final_loss = losses.empty() ? 0.0 : losses.back();

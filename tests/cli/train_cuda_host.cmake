@@ -1,6 +1,8 @@
-# `train --backend cuda-host` (the CUDA layer code on the host emulation, no GPU) against
-# `train --backend cpu` on a Mamba2 + attention pattern, where every device layer is bitwise to
-# the CPU layer on the host: the per-step losses of 3 AdamW steps must be identical.
+# `train --backend cuda-host` (the CUDA layer code and the device AdamW on the host emulation, no
+# GPU) against `train --backend cpu` on a Mamba2 + attention pattern, where every device layer is
+# bitwise to the CPU layer on the host: the per-step losses of 3 AdamW steps must be identical;
+# and a checkpoint written from the device (weights and moments downloaded) resumes on the CPU
+# and on the device with the losses of an uninterrupted CPU run.
 foreach(backend cpu cuda-host)
   execute_process(COMMAND ${BIN} train --backend ${backend} --pattern "M[*]M*" --steps 3 --batch 2 --seq 24 --json --quiet
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
@@ -17,6 +19,29 @@ string(JSON n LENGTH "${losses_cpu}")
 if(NOT n EQUAL 3 OR NOT losses_cpu STREQUAL losses_cuda-host)
   message(FATAL_ERROR "losses differ: cpu ${losses_cpu} vs cuda-host ${losses_cuda-host}")
 endif()
+set(args --pattern "M[*]M*" --batch 2 --seq 24 --json --quiet)
+execute_process(COMMAND ${BIN} train --backend cpu ${args} --steps 4 RESULT_VARIABLE rc OUTPUT_VARIABLE out)
+string(JSON straight GET "${out}" losses)
+file(REMOVE_RECURSE "${WORK}/cuda_host_ckpt")
+execute_process(COMMAND ${BIN} train --backend cuda-host ${args} --steps 2 --checkpoint "${WORK}/cuda_host_ckpt"
+                RESULT_VARIABLE rc ERROR_VARIABLE err OUTPUT_QUIET)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "cuda-host --checkpoint: exit ${rc}: ${err}")
+endif()
+string(JSON want2 GET "${straight}" 2)
+string(JSON want3 GET "${straight}" 3)
+foreach(backend cpu cuda-host)
+  execute_process(COMMAND ${BIN} train --backend ${backend} --resume "${WORK}/cuda_host_ckpt" --batch 2 --seq 24 --steps 2 --json --quiet
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${backend} --resume: exit ${rc}: ${err}")
+  endif()
+  string(JSON got2 GET "${out}" losses 0)
+  string(JSON got3 GET "${out}" losses 1)
+  if(NOT got2 STREQUAL want2 OR NOT got3 STREQUAL want3)
+    message(FATAL_ERROR "${backend} resumed from the device checkpoint: ${got2} ${got3}, uninterrupted CPU: ${want2} ${want3}")
+  endif()
+endforeach()
 # The device path trains one model: executor flags are refused in one line, exit 2.
 execute_process(COMMAND ${BIN} train --backend cuda-host --ep 2 --steps 1 RESULT_VARIABLE rc ERROR_VARIABLE err)
 if(NOT rc EQUAL 2 OR NOT err MATCHES "one model on one device")

@@ -144,34 +144,57 @@ TEST_CASE("compare_models on the host emulation: grouped == flattened bitwise, C
   CHECK(rows.back().bitwise);
 }
 
-TEST_CASE("device model: two AdamW steps through download_grads / upload_params equal the CPU's",
+TEST_CASE("device model: AdamW on the device and through the host both equal the CPU's, bit for bit",
           "[engine][cuda-layers][dev-model]") {
-  const auto p = pat::parse("[*]**/*");
+  // Three AdamW steps three ways: the CPU model; the device model with the update on the device
+  // (moments on the device, weights downloaded at the end); the device model with its gradients
+  // downloaded for the host optimizer and the weights uploaded back. Clipping is active (clip 0.5).
+  const auto p = pat::parse("M[*]*/*");
   const ModelConfig cfg = small_config();
-  HybridModel<float> cpu(p, cfg, 6), mirror(p, cfg, 6);
-  DevHostModel dm(mirror);
+  HybridModel<float> cpu(p, cfg, 6), on_dev(p, cfg, 6), via_host(p, cfg, 6);
+  DevHostModel a(on_dev), b(via_host);
   AdamWConfig oc;
-  AdamWState<float> s_cpu, s_dev;
+  oc.clip_norm = 0.5f;
+  AdamWState<float> s_cpu, s_a, s_b;
   Rng rng(1, "steps");
-  for (int step = 0; step < 2; ++step) {
+  for (int step = 0; step < 3; ++step) {
     const Batch batch = random_batch(2, 5, cfg.vocab_size, rng);
     cpu.zero_grad();
-    const auto la = cpu.forward(batch);
+    const auto l0 = cpu.forward(batch);
     cpu.backward();
     auto pc = cpu.parameters();
-    adamw_step(oc, s_cpu, pc);
-    dm.zero_grad();
-    const auto lb = dm.forward(batch);
-    dm.backward();
-    dm.download_grads();
-    auto pm = mirror.parameters();
-    adamw_step(oc, s_dev, pm);
-    dm.upload_params();
-    CHECK(la.total == lb.total);
+    const double n0 = adamw_step(oc, s_cpu, pc);
+    a.zero_grad();
+    const auto l1 = a.forward(batch);
+    a.backward();
+    const double n1 = a.adamw_step(oc, s_a);
+    b.zero_grad();
+    const auto l2 = b.forward(batch);
+    b.backward();
+    b.download_grads();
+    auto pb = via_host.parameters();
+    const double n2 = adamw_step(oc, s_b, pb);
+    b.upload_params();
+    CHECK(l0.total == l1.total);
+    CHECK(l0.total == l2.total);
+    CHECK(n0 == n1);
+    CHECK(n0 == n2);
+    CHECK(n0 > oc.clip_norm);  // the clip factor is exercised
   }
+  a.download_params();
+  AdamWState<float> moments;
+  a.download_optimizer_state(moments);
+  CHECK(s_a.step == 3);
   auto pc = cpu.parameters();
-  auto pm = mirror.parameters();
-  for (std::size_t i = 0; i < pc.size(); ++i) CHECK(pc[i].value->data == pm[i].value->data);
+  auto pa = on_dev.parameters();
+  auto pb = via_host.parameters();
+  for (std::size_t i = 0; i < pc.size(); ++i) {
+    INFO(pc[i].canonical);
+    CHECK(pc[i].value->data == pa[i].value->data);
+    CHECK(pc[i].value->data == pb[i].value->data);
+    CHECK(moments.exp_avg.at(pc[i].canonical).data == s_cpu.exp_avg.at(pc[i].canonical).data);
+    CHECK(moments.exp_avg_sq.at(pc[i].canonical).data == s_cpu.exp_avg_sq.at(pc[i].canonical).data);
+  }
 }
 
 TEST_CASE("device model refuses bad input and layers it has no device code for, in one line",

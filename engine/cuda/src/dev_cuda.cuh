@@ -21,6 +21,30 @@ __global__ void launch_kernel(long n, F f) {
   if (i < n) f(i);
 }
 
+// Sum of squares in float64 in a fixed tree: kSumBlocks blocks of kSumThreads threads, each
+// thread a strided run, each block a shared-memory halving, then one thread adds the block sums in
+// order. The same n gives the same bits every run (not the CPU's left-to-right order).
+constexpr int kSumBlocks = 256, kSumThreads = 256;
+template <class T>
+__global__ void sumsq_blocks(double* partial, const T* x, std::size_t n) {
+  __shared__ double s[kSumThreads];
+  double acc = 0;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * kSumThreads + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(kSumBlocks) * kSumThreads)
+    acc += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  s[threadIdx.x] = acc;
+  __syncthreads();
+  for (int w = kSumThreads / 2; w > 0; w /= 2) {
+    if (static_cast<int>(threadIdx.x) < w) s[threadIdx.x] += s[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[blockIdx.x] = s[0];
+}
+__global__ inline void sum_partials(double* out, const double* partial, double acc) {
+  for (int b = 0; b < kSumBlocks; ++b) acc += partial[b];
+  *out = acc;
+}
+
 // One stream, one cuBLAS handle (pedantic FP32), one workspace and a block cache: created on first
 // use, kept for the process (the driver tears them down at exit).
 //
@@ -108,6 +132,18 @@ struct Cuda {
     CudaContext& c = CudaContext::get();
     c.gemm_flops += 2.0 * m * n * k;
     cuda::gemm_rowmajor<T>(c.blas, c.stream, out, a, b, m, n, k, trans_a, trans_b, accumulate);
+  }
+  template <class T> static double sumsq_acc(double acc, const T* x, std::size_t n) {
+    if (n == 0) return acc;
+    CudaContext& c = CudaContext::get();
+    auto* partial = static_cast<double*>(c.take(sizeof(double) * (kSumBlocks + 1)));
+    sumsq_blocks<T><<<kSumBlocks, kSumThreads, 0, c.stream>>>(partial, x, n);
+    sum_partials<<<1, 1, 0, c.stream>>>(partial + kSumBlocks, partial, acc);
+    cuda::check(cudaGetLastError(), "sumsq");
+    double out = 0;
+    transfer(&out, partial + kSumBlocks, 1, cudaMemcpyDeviceToHost);
+    c.give(partial);
+    return out;
   }
   static void synchronize() { cuda::check(cudaStreamSynchronize(CudaContext::get().stream), "cudaStreamSynchronize"); }
   static double gemm_flops_total() { return CudaContext::get().gemm_flops; }

@@ -3,9 +3,9 @@
 // backend builds only) and the host emulation of the device, which runs the same layer code on
 // the CPU and is how everything above the CUDA policy is tested without a GPU.
 //
-// The host model keeps the weights, the optimizer state and the checkpoints: a step is
-// zero_grad, forward, backward, download_grads (into the host model's gradients), an optimizer
-// step on the host, upload_params.
+// The host model owns the parameter list, the checkpoints and (between downloads) the optimizer
+// state. A step is zero_grad, forward, backward, then either adamw_step on the device, or
+// download_grads, an optimizer step on the host and upload_params.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ht/engine/model.hpp"
+#include "ht/engine/optimizer.hpp"
 
 namespace ht::engine::cuda {
 
@@ -27,6 +28,13 @@ class DeviceModel {
   virtual void zero_grad() = 0;
   virtual void download_grads() = 0;
   virtual void upload_params() = 0;
+  virtual void download_params() = 0;
+  // AdamW on the device (optimizer.cpp's update; moments kept on the device): returns the global
+  // gradient norm before clipping and advances state.step. download_optimizer_state() copies the
+  // moments into `state` (for a checkpoint), upload_optimizer_state() sends a resumed state.
+  virtual double adamw_step(const AdamWConfig& cfg, AdamWState<float>& state) = 0;
+  virtual void download_optimizer_state(AdamWState<float>& state) const = 0;
+  virtual void upload_optimizer_state(const AdamWState<float>& state) = 0;
   // Waits until the device has finished everything issued (for timing).
   virtual void synchronize() = 0;
   // 2 m n k summed over every GEMM this device issued so far (all models on it).

@@ -41,6 +41,11 @@ struct Host {
     for (long i = 0; i < n; ++i) f(i);
   }
   static void synchronize() {}
+  // acc + sum of x[i]^2 in float64, continuing one running sum (the CPU's global_grad_norm order).
+  template <class T> static double sumsq_acc(double acc, const T* x, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) acc += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+    return acc;
+  }
   static double gemm_flops_total() { return gemm_flops; }
 };
 

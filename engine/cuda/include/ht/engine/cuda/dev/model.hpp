@@ -4,12 +4,14 @@
 //
 // It mirrors a host HybridModel<T> that owns the pattern and the weights: the constructor uploads
 // every parameter, download_grads() writes the device gradients into the host model's gradient
-// tensors and upload_params() sends updated weights back (the optimizer step runs on the host).
+// tensors and upload_params() sends updated weights back, for an optimizer step on the host; or
+// adamw_step() updates the weights on the device and download_params() brings them back.
 // Blocks find their weights by canonical name, so a grouped pattern and its flattened form run
 // the same blocks in the same order: their losses and gradients are equal bit for bit on one
 // device, as on the CPU. With D = Host this is the code a GPU runs, testable anywhere.
 #pragma once
 
+#include <cmath>
 #include <map>
 #include <memory>
 #include <string>
@@ -27,6 +29,7 @@
 #include "ht/engine/cuda/dev/swiglu.hpp"
 #include "ht/engine/error.hpp"
 #include "ht/engine/model.hpp"
+#include "ht/engine/optimizer.hpp"
 #include "ht/patterns/checkpoint.hpp"
 
 namespace ht::engine::dev {
@@ -67,6 +70,76 @@ class DevParams {
   void upload_params() {
     for (std::size_t i = 0; i < refs_.size(); ++i) D::upload(values_[i].get(), refs_[i].value->ptr(), values_[i].size());
   }
+  void download_params() {
+    for (std::size_t i = 0; i < refs_.size(); ++i) D::download(refs_[i].value->ptr(), values_[i].get(), values_[i].size());
+  }
+
+  // AdamW with global-norm clipping on the device (optimizer.cpp's update, element for element:
+  // with --fmad=false and IEEE sqrt and division it rounds like the CPU). The moments live on the
+  // device; `state` keeps the step count, and its moments only after download_optimizer_state().
+  // The norm: D::sumsq_acc continues one running float64 sum over the parameters in order -- the
+  // CPU's order on the host emulation, a fixed tree per parameter on the GPU.
+  double adamw_step(const AdamWConfig& cfg, AdamWState<T>& state) {
+    if (m_.size() != refs_.size()) {
+      for (std::size_t i = m_.size(); i < refs_.size(); ++i) {
+        Buf<D, T> m, v;
+        m.assign_zero(values_[i].size());
+        v.assign_zero(values_[i].size());
+        m_.push_back(std::move(m));
+        v_.push_back(std::move(v));
+      }
+    }
+    double ss = 0;
+    for (const auto& g : grads_) ss = D::sumsq_acc(ss, g.get(), g.size());
+    const double norm = std::sqrt(ss);
+    const T clip = (cfg.clip_norm > 0 && norm > cfg.clip_norm) ? static_cast<T>(cfg.clip_norm / norm) : T(1);
+    ++state.step;
+    const T b1 = static_cast<T>(cfg.beta1), b2 = static_cast<T>(cfg.beta2);
+    const T bc1 = T(1) - static_cast<T>(std::pow(static_cast<double>(cfg.beta1), static_cast<double>(state.step)));
+    const T bc2 = T(1) - static_cast<T>(std::pow(static_cast<double>(cfg.beta2), static_cast<double>(state.step)));
+    const T lr = static_cast<T>(cfg.lr), eps = static_cast<T>(cfg.eps);
+    for (std::size_t p = 0; p < refs_.size(); ++p) {
+      const T wd = refs_[p].value->rank() >= 2 ? static_cast<T>(cfg.weight_decay) : T(0);
+      T* val = values_[p].get();
+      T* m = m_[p].get();
+      T* v = v_[p].get();
+      const T* grad = grads_[p].get();
+      D::launch(static_cast<long>(values_[p].size()), [=] HT_HD(long i) {
+        const T g = grad[i] * clip;
+        m[i] = b1 * m[i] + (T(1) - b1) * g;
+        v[i] = b2 * v[i] + (T(1) - b2) * g * g;
+        const T mhat = m[i] / bc1, vhat = v[i] / bc2;
+        val[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + wd * val[i]);
+      });
+    }
+    return norm;
+  }
+  // The device moments into `state` (by canonical name, as adamw_step on the host keeps them), and
+  // back: for checkpoints and resume.
+  void download_optimizer_state(AdamWState<T>& state) const {
+    for (std::size_t p = 0; p < m_.size(); ++p) {
+      auto& m = state.exp_avg[refs_[p].canonical];
+      auto& v = state.exp_avg_sq[refs_[p].canonical];
+      m = Tensor<T>(refs_[p].value->shape);
+      v = Tensor<T>(refs_[p].value->shape);
+      D::download(m.ptr(), m_[p].get(), m.size());
+      D::download(v.ptr(), v_[p].get(), v.size());
+    }
+  }
+  void upload_optimizer_state(const AdamWState<T>& state) {
+    m_.clear();
+    v_.clear();
+    for (std::size_t p = 0; p < refs_.size(); ++p) {
+      Buf<D, T> m, v;
+      m.assign_zero(values_[p].size());
+      v.assign_zero(values_[p].size());
+      const auto mi = state.exp_avg.find(refs_[p].canonical), vi = state.exp_avg_sq.find(refs_[p].canonical);
+      if (mi != state.exp_avg.end() && mi->second.size() == m.size()) D::upload(m.get(), mi->second.ptr(), m.size());
+      if (vi != state.exp_avg_sq.end() && vi->second.size() == v.size()) D::upload(v.get(), vi->second.ptr(), v.size());
+      m_.push_back(std::move(m));
+      v_.push_back(std::move(v));
+    }
+  }
 
  private:
   std::size_t at(const std::string& canonical) const {
@@ -76,7 +149,7 @@ class DevParams {
   }
   std::vector<ParamRef<T>> refs_;
   std::map<std::string, std::size_t> index_;
-  std::vector<Buf<D, T>> values_, grads_;
+  std::vector<Buf<D, T>> values_, grads_, m_, v_;
 };
 
 template <class D, class T>
@@ -438,6 +511,10 @@ class DevModel {
   void zero_grad() { params_.zero_grad(); }
   void download_grads() { params_.download_grads(); }
   void upload_params() { params_.upload_params(); }
+  void download_params() { params_.download_params(); }
+  double adamw_step(const AdamWConfig& cfg, AdamWState<T>& state) { return params_.adamw_step(cfg, state); }
+  void download_optimizer_state(AdamWState<T>& state) const { params_.download_optimizer_state(state); }
+  void upload_optimizer_state(const AdamWState<T>& state) { params_.upload_optimizer_state(state); }
   std::vector<T> logits() const {
     std::vector<T> out(logits_.size());
     D::download(out.data(), logits_.get(), out.size());
@@ -551,6 +628,10 @@ class DeviceModelOn final : public cuda::DeviceModel {
   void zero_grad() override { m_.zero_grad(); }
   void download_grads() override { m_.download_grads(); }
   void upload_params() override { m_.upload_params(); }
+  void download_params() override { m_.download_params(); }
+  double adamw_step(const AdamWConfig& cfg, AdamWState<float>& state) override { return m_.adamw_step(cfg, state); }
+  void download_optimizer_state(AdamWState<float>& state) const override { m_.download_optimizer_state(state); }
+  void upload_optimizer_state(const AdamWState<float>& state) override { m_.upload_optimizer_state(state); }
   void synchronize() override { D::synchronize(); }
   double gemm_flops() const override { return D::gemm_flops_total(); }
 

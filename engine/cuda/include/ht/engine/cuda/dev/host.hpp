@@ -14,6 +14,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <limits>
+#include <type_traits>
 #include <utility>
 
 #include "ht/engine/cpu/gemm.hpp"
@@ -24,7 +26,18 @@ namespace ht::engine::dev {
 struct Host {
   static constexpr const char* kName = "host";
   static inline double gemm_flops = 0;  // 2 m n k of every GEMM issued (benchmarks read it)
-  template <class T> static T* alloc(std::size_t n) { return n ? new T[n] : nullptr; }
+  // Fresh memory is poisoned (NaN, or -1 for indices), as cudaMalloc'd or cached device memory
+  // holds garbage: layer code that reads what it never wrote fails the host tests instead of
+  // reading the zeros a fresh host page happens to hold.
+  template <class T> static T* alloc(std::size_t n) {
+    if (n == 0) return nullptr;
+    T* p = new T[n];
+    if constexpr (std::is_floating_point_v<T>)
+      std::fill_n(p, n, std::numeric_limits<T>::quiet_NaN());
+    else
+      std::fill_n(p, n, T(-1));
+    return p;
+  }
   template <class T> static void release(T* p) { delete[] p; }
   template <class T> static void fill_zero(T* p, std::size_t n) { std::fill_n(p, n, T(0)); }
   // Device to device, host to device, device to host: all plain copies here.

@@ -13,6 +13,7 @@
 #include <iostream>
 #include <string>
 
+#include "ht/engine/exec/compare.hpp"
 #include "ht/engine/exec/executor.hpp"
 #include "ht/engine/rng.hpp"
 #include "ht/patterns/pattern.hpp"
@@ -43,27 +44,11 @@ engine::ModelConfig model() {
 constexpr int kEp = 2, kMicrobatches = 8, kBatch = 2, kSeq = 128;
 
 std::vector<std::vector<engine::Batch>> batches(int vocab) {
-  std::vector<std::vector<engine::Batch>> out(kEp);
-  for (int r = 0; r < kEp; ++r)
-    for (int m = 0; m < kMicrobatches; ++m) {
-      engine::Rng rng(static_cast<std::uint64_t>(1000 + r * 37 + m));
-      engine::Batch b{engine::Tensor<int>({kBatch, kSeq}), engine::Tensor<int>({kBatch, kSeq})};
-      for (auto& v : b.tokens.data) v = static_cast<int>(rng.uniform() * vocab) % vocab;
-      for (auto& v : b.targets.data) v = static_cast<int>(rng.uniform() * vocab) % vocab;
-      out[static_cast<std::size_t>(r)].push_back(std::move(b));
-    }
-  return out;
+  return engine::exec::random_batches(kEp, kMicrobatches, kBatch, kSeq, vocab, 1000);
 }
 
 schedule::Plan plan(const patterns::ParsedPattern& p, const engine::ModelConfig& cfg, bool overlap) {
-  schedule::ParallelConfig pc;
-  pc.ep = kEp;
-  pc.dp = kEp;
-  pc.microbatches = kMicrobatches;
-  schedule::ScheduleOptions so;
-  so.overlap = overlap;
-  so.delay_wgrad = overlap;
-  return schedule::build_plan(p, engine::exec::schedule_dims(cfg, kBatch, kSeq), pc, so);
+  return engine::exec::ep_plan(p, cfg, kBatch, kSeq, kEp, kMicrobatches, overlap, overlap);
 }
 
 struct Run {

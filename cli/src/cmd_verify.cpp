@@ -16,6 +16,7 @@
 
 #include "command.hpp"
 #include "cuda_rows.hpp"
+#include "ht/engine/exec/compare.hpp"
 #include "ht/engine/exec/executor.hpp"
 #include "ht/engine/rng.hpp"
 #include "ht/patterns/pattern.hpp"
@@ -72,74 +73,19 @@ ModelConfig model_for(const VerifyConfig& vc) {
 constexpr int kBatch = 2, kSeq = 16;
 
 std::vector<std::vector<Batch>> batches_for(int ranks, int mbs, int vocab, std::uint64_t seed) {
-  std::vector<std::vector<Batch>> out(static_cast<std::size_t>(ranks));
-  for (int r = 0; r < ranks; ++r)
-    for (int m = 0; m < mbs; ++m) {
-      engine::Rng rng(seed * 7919 + static_cast<std::uint64_t>(r * 131 + m));
-      Batch b{engine::Tensor<int>({kBatch, kSeq}), engine::Tensor<int>({kBatch, kSeq})};
-      for (auto& v : b.tokens.data) v = static_cast<int>(rng.uniform() * vocab) % vocab;
-      for (auto& v : b.targets.data) v = static_cast<int>(rng.uniform() * vocab) % vocab;
-      out[static_cast<std::size_t>(r)].push_back(std::move(b));
-    }
-  return out;
+  return engine::exec::random_batches(ranks, mbs, kBatch, kSeq, vocab, seed);
 }
 
 schedule::Plan plan_for(const patterns::ParsedPattern& p, const ModelConfig& cfg, int ep, int mbs, bool overlap,
                         bool delay) {
-  schedule::ParallelConfig pc;
-  pc.ep = ep;
-  pc.dp = ep;
-  pc.microbatches = mbs;
-  schedule::ScheduleOptions so;
-  so.overlap = overlap;
-  so.delay_wgrad = delay;
-  return schedule::build_plan(p, engine::exec::schedule_dims(cfg, kBatch, kSeq), pc, so);
+  return engine::exec::ep_plan(p, cfg, kBatch, kSeq, ep, mbs, overlap, delay);
 }
 
 using Row = VerifyRow;  // cuda_rows.hpp
 
-// Compares the owned parameters (values or gradients) of two executors rank by rank, matching
-// experts by canonical name (EP sizes may differ: `b_rank_of` maps a rank of a to one of b).
-struct Diff {
-  double max_abs = 0;
-  bool bitwise = true;
-  double max_ref = 0;
-};
-
-void compare_tensors(const engine::Tensor<float>& x, const engine::Tensor<float>& y, Diff& d) {
-  if (x.shape != y.shape) {
-    d.bitwise = false;
-    d.max_abs = INFINITY;
-    return;
-  }
-  if (std::memcmp(x.data.data(), y.data.data(), x.size() * sizeof(float)) != 0) d.bitwise = false;
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    d.max_abs = std::max(d.max_abs, static_cast<double>(std::fabs(x[i] - y[i])));
-    d.max_ref = std::max(d.max_ref, static_cast<double>(std::fabs(y[i])));
-  }
-}
-
-Diff compare_owned(Executor& a, Executor& b, bool grads) {
-  Diff d;
-  for (int r = 0; r < a.ranks(); ++r) {
-    auto pa = a.parameters(r);
-    std::map<std::string, engine::ParamRef<float>> pb;
-    for (int q = 0; q < b.ranks(); ++q)
-      for (auto& p : b.parameters(q))
-        if (b.owns(q, p.canonical)) pb.emplace(p.canonical, p);
-    for (auto& p : pa) {
-      if (!a.owns(r, p.canonical)) continue;
-      auto it = pb.find(p.canonical);
-      if (it == pb.end()) {
-        d.bitwise = false;
-        d.max_abs = INFINITY;
-        continue;
-      }
-      compare_tensors(grads ? *p.grad : *p.value, grads ? *it->second.grad : *it->second.value, d);
-    }
-  }
-  return d;
-}
+// Owned parameters (values or gradients) of two executors, experts matched by canonical name.
+using Diff = engine::exec::OwnedDiff;
+using engine::exec::compare_owned;
 
 double loss_diff(const engine::exec::StepResult& a, const engine::exec::StepResult& b, bool& bitwise) {
   double m = 0;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "ht/engine/exec/compare.hpp"
 #include "ht/engine/exec/executor.hpp"
 #include "ht/patterns/pattern.hpp"
 #include "ht/schedule/plan.hpp"
@@ -30,13 +31,7 @@ void expect_same_losses(const engine::exec::StepResult& a, const engine::exec::S
 void expect_same_tensors(engine::exec::Executor& a, engine::exec::Executor& b, bool grads, const std::string& what);
 
 // Owned parameters of `a` against the owner of the same canonical name in `b` (EP sizes may
-// differ). Returns max |a - b| and max |b| over all entries; a missing name fails.
-struct OwnedDiff {
-  double max_abs = 0;
-  double max_ref = 0;
-  bool bitwise = true;
-  std::string first_differing;
-};
-OwnedDiff compare_owned(engine::exec::Executor& a, engine::exec::Executor& b, bool grads);
+// differ): engine::exec::compare_owned, and a missing name fails.
+engine::exec::OwnedDiff compare_owned(engine::exec::Executor& a, engine::exec::Executor& b, bool grads);
 
 }  // namespace ht::verify::detail

@@ -1,0 +1,70 @@
+// Executor comparison helpers (see exec/compare.hpp).
+#include "ht/engine/exec/compare.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "ht/engine/rng.hpp"
+#include "ht/schedule/build.hpp"
+
+namespace ht::engine::exec {
+
+std::vector<std::vector<Batch>> random_batches(int ranks, int microbatches, int batch, int seq, int vocab,
+                                               std::uint64_t seed) {
+  std::vector<std::vector<Batch>> out(static_cast<std::size_t>(ranks));
+  for (int r = 0; r < ranks; ++r)
+    for (int m = 0; m < microbatches; ++m) {
+      Rng rng(seed * 7919 + static_cast<std::uint64_t>(r * 131 + m));
+      Batch b{Tensor<int>({batch, seq}), Tensor<int>({batch, seq})};
+      for (auto& v : b.tokens.data) v = static_cast<int>(rng.uniform() * vocab) % vocab;
+      for (auto& v : b.targets.data) v = static_cast<int>(rng.uniform() * vocab) % vocab;
+      out[static_cast<std::size_t>(r)].push_back(std::move(b));
+    }
+  return out;
+}
+
+schedule::Plan ep_plan(const patterns::ParsedPattern& p, const ModelConfig& cfg, int batch, int seq, int ep,
+                       int microbatches, bool overlap, bool delay_wgrad) {
+  schedule::ParallelConfig pc;
+  pc.ep = ep;
+  pc.dp = ep;
+  pc.microbatches = microbatches;
+  schedule::ScheduleOptions so;
+  so.overlap = overlap;
+  so.delay_wgrad = delay_wgrad;
+  return schedule::build_plan(p, schedule_dims(cfg, batch, seq), pc, so);
+}
+
+OwnedDiff compare_owned(Executor& a, Executor& b, bool grads) {
+  OwnedDiff d;
+  std::map<std::string, ParamRef<float>> owner_in_b;
+  for (int q = 0; q < b.ranks(); ++q)
+    for (auto& p : b.parameters(q))
+      if (b.owns(q, p.canonical)) owner_in_b.emplace(p.canonical, p);
+  for (int r = 0; r < a.ranks(); ++r)
+    for (auto& p : a.parameters(r)) {
+      if (!a.owns(r, p.canonical)) continue;
+      const auto it = owner_in_b.find(p.canonical);
+      const Tensor<float>& x = grads ? *p.grad : *p.value;
+      if (it == owner_in_b.end() || (grads ? *it->second.grad : *it->second.value).shape != x.shape) {
+        if (d.missing.empty()) d.missing = p.canonical;
+        d.bitwise = false;
+        d.max_abs = INFINITY;
+        continue;
+      }
+      const Tensor<float>& y = grads ? *it->second.grad : *it->second.value;
+      if (std::memcmp(x.data.data(), y.data.data(), x.size() * sizeof(float)) != 0 && d.bitwise) {
+        d.bitwise = false;
+        d.first_differing = p.canonical;
+      }
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        d.max_abs = std::max(d.max_abs, static_cast<double>(std::fabs(x[i] - y[i])));
+        d.max_ref = std::max(d.max_ref, static_cast<double>(std::fabs(y[i])));
+      }
+    }
+  return d;
+}
+
+}  // namespace ht::engine::exec

@@ -131,6 +131,24 @@ int main(int argc, char** argv) try {
     write_safetensors((dir / "batch.safetensors").string(), {{"tokens", &tok}, {"targets", &tgt}});
   }
 
+  // The peer first: the device model's memory (and its block cache) is not held while it runs.
+  nlohmann::json ref = nlohmann::json::object();
+  if (torch) {
+    const std::string cmd = "OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 " + python + " '" + HT_TORCH_STEP_SCRIPT + "' '" +
+                            dir.string() + "' " + std::to_string(steps) + " 1 " + (gpu ? "cuda" : "cpu");
+    std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
+    std::string text;
+    if (pipe) {
+      char buf[4096];
+      while (std::fgets(buf, sizeof buf, pipe.get())) text += buf;
+    }
+    try {
+      ref = nlohmann::json::parse(text);
+    } catch (const std::exception&) {
+      std::cerr << "PyTorch peer unavailable (" << cmd << " printed no JSON)\n";
+    }
+    std::filesystem::remove_all(dir);
+  }
   auto dm = gpu ? cuda::make_cuda_device_model(model) : cuda::make_host_device_model(model);
   double first_loss = -1;
   auto fwdbwd = [&] {
@@ -154,23 +172,6 @@ int main(int argc, char** argv) try {
   const int gemm_n = gpu ? 8192 : 256;
   const double peak = gpu ? cuda::measure_gemm_tflops_cuda(gemm_n, 5) : cuda::measure_gemm_tflops_host(gemm_n, 3);
 
-  nlohmann::json ref = nlohmann::json::object();
-  if (torch) {
-    const std::string cmd = "OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 " + python + " '" + HT_TORCH_STEP_SCRIPT + "' '" +
-                            dir.string() + "' " + std::to_string(steps) + " 1 " + (gpu ? "cuda" : "cpu");
-    std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
-    std::string text;
-    if (pipe) {
-      char buf[4096];
-      while (std::fgets(buf, sizeof buf, pipe.get())) text += buf;
-    }
-    try {
-      ref = nlohmann::json::parse(text);
-    } catch (const std::exception&) {
-      std::cerr << "PyTorch peer unavailable (" << cmd << " printed no JSON)\n";
-    }
-    std::filesystem::remove_all(dir);
-  }
   const double tokens = static_cast<double>(batch) * seq;
   const double achieved = step_flops / (fwdbwd_ms * 1e-3) / 1e12;
   const double ref_fb = ref.value("fwdbwd_ms", -1.0), ref_step = ref.value("step_ms", -1.0);

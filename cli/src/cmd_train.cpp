@@ -2,6 +2,7 @@
 // engine (pattern -> HybridModel -> forward/backward -> AdamW), printing the loss of every step
 // on stderr and a summary (or --json) on stdout; optionally writes and resumes checkpoints and
 // imports a GPT checkpoint.
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <iomanip>
@@ -52,11 +53,13 @@ struct TrainArgs {
   std::string comm_priority = "realtime";
   std::string trace;
   std::string trace_step = "median";
-  bool executor_mode() const {
+  // Flags only the executor runs (the device path traces without them).
+  bool executor_flags() const {
     return parallel.ep > 1 || parallel.pp > 1 || parallel.vpp > 0 || parallel.microbatches > 1 ||
            schedule_flags.overlap_on || schedule_flags.overlap_off || schedule_flags.delay_on ||
-           schedule_flags.delay_off || link_gbps > 0 || link_latency_us > 0 || !trace.empty();
+           schedule_flags.delay_off || link_gbps > 0 || link_latency_us > 0;
   }
+  bool executor_mode() const { return executor_flags() || !trace.empty(); }
 };
 
 // Executor mode: --batch sequences per microbatch on each EP rank, --microbatches per step, so a
@@ -196,6 +199,43 @@ int run_executor(TrainArgs a) {
   return 0;
 }
 
+// The traced step of a device run (--trace-step: the median step by span after the first, the
+// last, or step N) as the timeline of the one-rank sequential plan, for `hybrid-twin calibrate`.
+void write_device_trace(const TrainArgs& a, const patterns::ParsedPattern& parsed,
+                        const std::vector<std::vector<he::cuda::DeviceModel::Span>>& steps, const std::string& device) {
+  auto extent = [](const std::vector<he::cuda::DeviceModel::Span>& spans) {
+    double end = 0;
+    for (const auto& s : spans) end = std::max(end, s.start_s + s.duration_s);
+    return end;
+  };
+  std::size_t chosen = steps.size() - 1;
+  if (a.trace_step == "median" && steps.size() > 1) {
+    std::vector<std::pair<double, std::size_t>> by_span;
+    for (std::size_t i = 1; i < steps.size(); ++i) by_span.emplace_back(extent(steps[i]), i);
+    std::sort(by_span.begin(), by_span.end());
+    chosen = by_span[(by_span.size() - 1) / 2].second;
+  } else if (a.trace_step != "median" && a.trace_step != "last") {
+    chosen = static_cast<std::size_t>(std::stoll(a.trace_step) - 1);
+  }
+  const schedule::ModelDims dims = he::exec::schedule_dims(a.cfg, a.batch, a.seq);
+  const schedule::Plan plan = schedule::build_plan(parsed, dims, schedule::ParallelConfig{}, schedule::ScheduleOptions{});
+  traces::Timeline t = he::cuda::device_timeline(steps[chosen], plan);
+  t.metadata["model_dims"] = schedule::model_dims_to_json(dims);
+  t.metadata["schedule"] = plan.schedule;
+  t.metadata["pattern"] = plan.pattern;
+  t.metadata["pp"] = "1";
+  t.metadata["vpp"] = "1";
+  t.metadata["ep"] = "1";
+  t.metadata["microbatches"] = "1";
+  t.metadata["overlap"] = "false";
+  t.metadata["delay_wgrad"] = "false";
+  t.metadata["step"] = std::to_string(chosen + 1);
+  t.metadata["step_choice"] = a.trace_step;
+  t.metadata["backend"] = a.backend;
+  t.metadata["device"] = device;
+  traces::write_chrome_trace(t, a.trace);
+}
+
 // The device's weights and AdamW moments into the host model and state (checkpoints, the end).
 void pull_from_device(he::cuda::DeviceModel& device, he::AdamWState<float>& state) {
   device.download_params();
@@ -204,14 +244,14 @@ void pull_from_device(he::cuda::DeviceModel& device, he::AdamWState<float>& stat
 
 int run(TrainArgs a) {
   const bool on_device = a.backend != "cpu";
-  if (on_device && a.executor_mode())
+  if (on_device && a.executor_flags())
     throw UsageError("--backend " + a.backend + " trains one model on one device (sequential, no EP ranks yet); drop "
-                     "--ep, --pp, --vpp, --microbatches, --overlap, --delay-wgrad, --link-* and --trace");
+                     "--ep, --pp, --vpp, --microbatches, --overlap, --delay-wgrad and --link-*");
   if (a.backend == "cuda" && !cuda_usable_or_say_why()) return 2;
   if (a.steps < 0) throw UsageError("--steps must be >= 0");
   if (a.trace_step != "median" && a.trace_step != "last" && std::stoll(a.trace_step) > a.steps)
     throw UsageError("--trace-step " + a.trace_step + " is past the last step (" + std::to_string(a.steps) + ")");
-  if (a.executor_mode()) return run_executor(std::move(a));
+  if (!on_device && a.executor_mode()) return run_executor(std::move(a));
   he::AdamWState<float> state;
   std::int64_t start_step = 0;
   std::string pattern_text = a.pattern;
@@ -242,6 +282,9 @@ int run(TrainArgs a) {
 
   std::vector<double> losses, lm_losses;
   double seconds = 0;
+  // --trace on a device: every step's slot spans; the chosen one (--trace-step) is written.
+  std::vector<std::vector<he::cuda::DeviceModel::Span>> traced_steps;
+  if (device && !a.trace.empty()) device->set_tracing(true);
   for (int i = 0; i < a.steps; ++i) {
     const std::int64_t step = start_step + i;
     const he::Batch batch = he::sample_batch(corpus, a.batch, a.seq, a.seed, step);
@@ -252,6 +295,7 @@ int run(TrainArgs a) {
       device->zero_grad();
       loss = device->forward(batch);
       device->backward();
+      if (!a.trace.empty()) traced_steps.push_back(device->take_trace());
       gnorm = device->adamw_step(a.opt, state);
     } else {
       model.zero_grad();
@@ -280,6 +324,8 @@ int run(TrainArgs a) {
   }
   const std::int64_t end_step = start_step + a.steps;
   if (device) pull_from_device(*device, state);
+  if (device && !a.trace.empty() && !traced_steps.empty())
+    write_device_trace(a, parsed, traced_steps, device->device());
   if (!a.checkpoint.empty()) he::save_checkpoint(a.checkpoint, model, &state, end_step, a.seed);
   const double tokens_per_s = seconds > 0 ? static_cast<double>(a.steps) * a.batch * a.seq / seconds : 0.0;
   const double final_loss = losses.empty() ? 0.0 : losses.back();
@@ -301,6 +347,7 @@ int run(TrainArgs a) {
                         {"seconds", seconds},
                         {"config", he::config_to_json(a.cfg)}};
     if (!a.checkpoint.empty()) j["checkpoint"] = a.checkpoint;
+    if (!a.trace.empty()) j["trace"] = a.trace;
     std::cout << j.dump(2) << "\n";
   } else {
     std::cout << "pattern      " << parsed.text << "\n"
@@ -312,6 +359,7 @@ int run(TrainArgs a) {
                 << " (lm " << lm_losses.front() << " -> " << lm_losses.back() << ")\n"
                 << "tokens/s     " << std::setprecision(0) << tokens_per_s << "\n";
     if (!a.checkpoint.empty()) std::cout << "checkpoint   " << a.checkpoint << "\n";
+    if (!a.trace.empty()) std::cout << "trace        " << a.trace << "\n";
   }
   return 0;
 }

@@ -184,7 +184,12 @@ DeviceBuffer::DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
 DeviceBuffer::~DeviceBuffer() { cudaFree(ptr_); }
 void DeviceBuffer::upload(const void* host, std::size_t bytes) {
   if (bytes > bytes_) throw std::runtime_error("DeviceBuffer::upload: " + std::to_string(bytes) + " bytes into " + std::to_string(bytes_));
-  if (bytes > 0) check(cudaMemcpy(ptr_, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy(upload)");
+  // A pageable cudaMemcpy may return before the data reached the device, and it runs on the legacy
+  // stream, which the backend's non-blocking stream does not wait for: wait here.
+  if (bytes > 0) {
+    check(cudaMemcpy(ptr_, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy(upload)");
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize(upload)");
+  }
 }
 void DeviceBuffer::download(void* host, std::size_t bytes) const {
   if (bytes > bytes_) throw std::runtime_error("DeviceBuffer::download: " + std::to_string(bytes) + " bytes from " + std::to_string(bytes_));

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <map>
+#include <vector>
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -57,6 +58,7 @@ struct CudaContext {
   cublasHandle_t blas = nullptr;
   void* workspace = nullptr;
   std::multimap<std::size_t, void*> free_blocks;  // rounded size -> block
+  std::vector<cudaEvent_t> free_events;
   std::map<void*, std::size_t> block_size;
   double gemm_flops = 0;  // 2 m n k of every GEMM issued (benchmarks read it)
   static constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
@@ -145,12 +147,36 @@ struct Cuda {
     c.give(partial);
     return out;
   }
+  // Timing marks: CUDA events recorded on the stream, read back once they completed.
+  using Event = cudaEvent_t;
+  static Event record() {
+    CudaContext& c = CudaContext::get();
+    cudaEvent_t e = nullptr;
+    if (!c.free_events.empty()) {
+      e = c.free_events.back();
+      c.free_events.pop_back();
+    } else {
+      cuda::check(cudaEventCreate(&e), "cudaEventCreate");
+    }
+    cuda::check(cudaEventRecord(e, c.stream), "cudaEventRecord");
+    return e;
+  }
+  static double seconds(Event from, Event to) {
+    cuda::check(cudaEventSynchronize(to), "cudaEventSynchronize");
+    float ms = 0;
+    cuda::check(cudaEventElapsedTime(&ms, from, to), "cudaEventElapsedTime");
+    return static_cast<double>(ms) * 1e-3;
+  }
+  static void release_event(Event e) { CudaContext::get().free_events.push_back(e); }
   static void synchronize() { cuda::check(cudaStreamSynchronize(CudaContext::get().stream), "cudaStreamSynchronize"); }
   static double gemm_flops_total() { return CudaContext::get().gemm_flops; }
   template <class F> static void launch(long n, F f) {
     if (n <= 0) return;
-    const long blocks = (n + kThreads - 1) / kThreads;
-    launch_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, CudaContext::get().stream>>>(n, f);
+    // Few threads (a scan over (batch, head, row), a per-token pass at small batch): blocks of 32,
+    // so they spread over all SMs instead of filling a few. Same threads, same work: same bits.
+    const int threads = n < 132L * kThreads ? 32 : kThreads;
+    const long blocks = (n + threads - 1) / threads;
+    launch_kernel<<<static_cast<unsigned>(blocks), threads, 0, CudaContext::get().stream>>>(n, f);
     cuda::check(cudaGetLastError(), "kernel launch");
   }
 

@@ -16,6 +16,8 @@
 
 #include "ht/engine/model.hpp"
 #include "ht/engine/optimizer.hpp"
+#include "ht/schedule/plan.hpp"
+#include "ht/traces/timeline.hpp"
 
 namespace ht::engine::cuda {
 
@@ -35,6 +37,17 @@ class DeviceModel {
   virtual double adamw_step(const AdamWConfig& cfg, AdamWState<float>& state) = 0;
   virtual void download_optimizer_state(AdamWState<float>& state) const = 0;
   virtual void upload_optimizer_state(const AdamWState<float>& state) = 0;
+  // Timing of the slot pieces of the next forward and backward (pre_process, pre_dispatch, mlp,
+  // combine, post_process), on the device's clock (CUDA events on the GPU); MTP depths are not
+  // traced yet (forward throws EngineError). take_trace() returns them and starts over.
+  struct Span {
+    std::string slot;
+    char phase = 'F';  // 'F' forward, 'B' backward (input and weight gradients)
+    int layer = -1;    // logical layer; -1 for pre/post-process
+    double start_s = 0, duration_s = 0;
+  };
+  virtual void set_tracing(bool on) = 0;
+  virtual std::vector<Span> take_trace() = 0;
   // Waits until the device has finished everything issued (for timing).
   virtual void synchronize() = 0;
   // 2 m n k summed over every GEMM this device issued so far (all models on it).
@@ -45,6 +58,12 @@ class DeviceModel {
 // TFLOP/s: what a model's achieved rate is measured against.
 double measure_gemm_tflops_host(int n, int reps);
 double measure_gemm_tflops_cuda(int n, int reps);  // throws without a usable GPU
+
+// A traced step as a timeline of the one-rank sequential plan it ran (EP 1, PP 1, one
+// microbatch): every span named and argued as that plan's node (schedule/node_args.hpp), so
+// `hybrid-twin calibrate` fits the twin's compute costs from it. Throws EngineError when a span
+// has no node in the plan.
+traces::Timeline device_timeline(const std::vector<DeviceModel::Span>& spans, const schedule::Plan& plan);
 
 using DeviceModelFactory = std::function<std::unique_ptr<DeviceModel>(HybridModel<float>&)>;
 

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <limits>
 #include <type_traits>
@@ -54,6 +55,13 @@ struct Host {
     for (long i = 0; i < n; ++i) f(i);
   }
   static void synchronize() {}
+  // Timing marks: the host clock (a device policy records an event on its stream instead).
+  using Event = double;
+  static Event record() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
+  static double seconds(Event from, Event to) { return to - from; }
+  static void release_event(Event) {}
   // acc + sum of x[i]^2 in float64, continuing one running sum (the CPU's global_grad_norm order).
   template <class T> static double sumsq_acc(double acc, const T* x, std::size_t n) {
     for (std::size_t i = 0; i < n; ++i) acc += static_cast<double>(x[i]) * static_cast<double>(x[i]);

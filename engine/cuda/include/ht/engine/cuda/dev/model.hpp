@@ -42,6 +42,12 @@ struct DevBranch {
   virtual void backward(const T* x, const T* dout, T* dx, int b, int t) = 0;
   virtual T aux_loss() const { return T(0); }
   virtual T z_loss() const { return T(0); }
+  // MoE only: the branch in the schedule's slot pieces (dev/moe.hpp). Forward part 0 routes and
+  // permutes x, 1 runs the experts, 2 writes out; backward part 0 is the combine, 1 the experts,
+  // 2 the router into dx. Running the parts in order is forward() / backward(), bit for bit.
+  virtual bool has_parts() const { return false; }
+  virtual void forward_part(int, const T*, T*, int, int) {}
+  virtual void backward_part(int, const T*, const T*, T*, int, int) {}
 };
 
 // Device copies of the host model's parameters, by canonical name.
@@ -219,6 +225,17 @@ class MoeBranchD final : public DevBranch<D, T> {
   void backward(const T* x, const T* dout, T* dx, int, int) override {
     moe_backward<D, T>(cfg_, w_, cache_, x, dout, dx, g_, cfg_.hidden, scale_);
   }
+  bool has_parts() const override { return true; }
+  void forward_part(int part, const T* x, T* out, int b, int t) override {
+    if (part == 0) moe_route_permute<D, T>(cfg_, w_, x, b * t, cfg_.hidden, cache_, scale_);
+    if (part == 1) moe_experts_forward<D, T>(w_, cfg_.hidden, cache_);
+    if (part == 2) moe_combine_forward<D, T>(w_, out, cfg_.hidden, cache_);
+  }
+  void backward_part(int part, const T* x, const T* dout, T* dx, int, int) override {
+    if (part == 0) moe_combine_backward<D, T>(w_, x, dout, dx, g_, cfg_.hidden, cache_);
+    if (part == 1) moe_experts_backward<D, T>(w_, g_, cfg_.hidden, cache_);
+    if (part == 2) moe_route_permute_backward<D, T>(cfg_, w_, x, dx, g_, cfg_.hidden, scale_, cache_);
+  }
   T aux_loss() const override { return cache_.aux_loss; }
   T z_loss() const override { return cache_.z_loss; }
 
@@ -339,11 +356,14 @@ class DevModel {
     const auto& cfg = host.config();
     const auto keys = patterns::layer_keys(pattern);
     std::size_t phys = 0;
-    for (const auto& item : pattern.items())
+    for (const auto& item : pattern.items()) {
+      layer_begin_.push_back(blocks_.size());
       for (const char sym : item.symbols) {
         const std::string pre = "layers." + std::to_string(keys.at(phys++).physical) + ".";
         blocks_.push_back(make_block(sym, pre, T(1)));
       }
+    }
+    layer_begin_.push_back(blocks_.size());
     const auto prefixes = patterns::mtp_layer_prefixes(pattern);
     for (int d = 0; d < pattern.mtp_depths; ++d) {
       Depth depth;
@@ -376,14 +396,47 @@ class DevModel {
     LossBreakdown loss;
     tokens_ = upload<D>(batch.tokens.ptr(), batch.tokens.size());
     targets_ = upload<D>(batch.targets.ptr(), batch.targets.size());
+    if (tracing_ && !mtp_.empty())
+      throw EngineError(ErrorCode::Unsupported, "tracing MTP depths on the device is not supported yet");
+    marks_.clear();
     Buf<D, T> h(nc);
+    Event t0 = D::record();
     embedding_forward<D, T>(h.get(), tokens_.get(), params_.w(kWte), n, c);
-    for (auto& blk : blocks_) {
-      blk.forward(h, eps, b_, t_, c);
-      loss.aux += static_cast<double>(blk.branch->aux_loss());
-      loss.z += static_cast<double>(blk.branch->z_loss());
+    span("pre_process", 'F', -1, t0);
+    // Logical layer by logical layer, in the schedule's slots: pre_dispatch (the members before an
+    // MLP/MoE terminal, then the MoE's norm, router and permutation), mlp, combine.
+    for (std::size_t l = 0; l + 1 < layer_begin_.size(); ++l) {
+      const std::size_t lo = layer_begin_[l], hi = layer_begin_[l + 1];
+      const int layer = static_cast<int>(l);
+      const char last = blocks_[hi - 1].symbol;
+      const std::size_t pre_end = last == '-' || last == 'E' ? hi - 1 : hi;
+      t0 = D::record();
+      for (std::size_t i = lo; i < pre_end; ++i) blocks_[i].forward(h, eps, b_, t_, c);
+      if (last == 'E') {
+        Block& e = blocks_[hi - 1];
+        e.forward_part(0, h, eps, b_, t_, c);
+        span("pre_dispatch", 'F', layer, t0);
+        t0 = D::record();
+        e.forward_part(1, h, eps, b_, t_, c);
+        span("mlp", 'F', layer, t0);
+        t0 = D::record();
+        e.forward_part(2, h, eps, b_, t_, c);
+        span("combine", 'F', layer, t0);
+      } else if (last == '-') {
+        if (pre_end > lo) span("pre_dispatch", 'F', layer, t0);
+        t0 = D::record();
+        blocks_[hi - 1].forward(h, eps, b_, t_, c);
+        span("mlp", 'F', layer, t0);
+      } else {
+        span("pre_dispatch", 'F', layer, t0);
+      }
+      for (std::size_t i = lo; i < hi; ++i) {
+        loss.aux += static_cast<double>(blocks_[i].branch->aux_loss());
+        loss.z += static_cast<double>(blocks_[i].branch->z_loss());
+      }
     }
     h_pre_final_ = std::move(h);
+    t0 = D::record();
     h_final_.resize(nc);
     fn_rstd_.resize(static_cast<std::size_t>(n));
     rmsnorm_forward<D, T>(h_final_.get(), fn_rstd_.get(), h_pre_final_.get(), params_.w(kFinalNorm), n, c, eps);
@@ -394,6 +447,7 @@ class DevModel {
     lse_.resize(static_cast<std::size_t>(n));
     loss.lm = static_cast<double>(
         cross_entropy_forward<D, T>(lse_.get(), logits_.get(), targets_.get(), lm_weights_.get(), n, v));
+    span("post_process", 'F', -1, t0);
 
     const Buf<D, T>* prev = &h_final_;
     Tensor<int> ids = batch.tokens, tgt = batch.targets;
@@ -497,6 +551,7 @@ class DevModel {
       rmsnorm_backward<D, T>(dnext.get(), params_.g(md.prefix + "hnorm.weight"), dhn.get(), md.hin.get(),
                              params_.w(md.prefix + "hnorm.weight"), md.hn_rstd.get(), n, c);
     }
+    Event t0 = D::record();
     Buf<D, T> dlogits = zeros(static_cast<std::size_t>(n) * v), dhf = zeros(nc);
     cross_entropy_backward<D, T>(dlogits.get(), logits_.get(), targets_.get(), lm_weights_.get(), lse_.get(), n, v, T(1));
     output_backward<D, T>(dhf.get(), params_.g(kOut), dlogits.get(), h_final_.get(), params_.w(kOut), n, c, v);
@@ -504,8 +559,59 @@ class DevModel {
     Buf<D, T> dh = zeros(nc);
     rmsnorm_backward<D, T>(dh.get(), params_.g(kFinalNorm), dhf.get(), h_pre_final_.get(), params_.w(kFinalNorm),
                            fn_rstd_.get(), n, c);
-    for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) it->backward(dh, b_, t_, c);
+    span("post_process", 'B', -1, t0);
+    for (std::size_t l = layer_begin_.size() - 1; l-- > 0;) {
+      const std::size_t lo = layer_begin_[l], hi = layer_begin_[l + 1];
+      const int layer = static_cast<int>(l);
+      const char last = blocks_[hi - 1].symbol;
+      const std::size_t pre_end = last == '-' || last == 'E' ? hi - 1 : hi;
+      t0 = D::record();
+      if (last == 'E') {
+        Block& e = blocks_[hi - 1];
+        e.backward_part(0, dh, b_, t_, c);
+        span("combine", 'B', layer, t0);
+        t0 = D::record();
+        e.backward_part(1, dh, b_, t_, c);
+        span("mlp", 'B', layer, t0);
+        t0 = D::record();
+        e.backward_part(2, dh, b_, t_, c);
+      } else if (last == '-') {
+        blocks_[hi - 1].backward(dh, b_, t_, c);
+        span("mlp", 'B', layer, t0);
+        t0 = D::record();
+      }
+      for (std::size_t i = pre_end; i-- > lo;) blocks_[i].backward(dh, b_, t_, c);
+      if (last == 'E' || pre_end > lo) span("pre_dispatch", 'B', layer, t0);
+    }
+    t0 = D::record();
     embedding_backward<D, T>(params_.g(kWte), dh.get(), tokens_.get(), n, c);
+    span("pre_process", 'B', -1, t0);
+  }
+
+  // Timing of the slot pieces (pre_process, pre_dispatch, mlp, combine, post_process; forward and
+  // backward) of the next forward and backward, with the device's own clock (CUDA events on the
+  // GPU): what `train --backend cuda --trace` maps onto the nodes of a plan. MTP depths are not
+  // traced yet (forward throws).
+  void set_tracing(bool on) { tracing_ = on; }
+  struct TracedSpan {
+    std::string slot;
+    char phase = 'F';
+    int layer = -1;  // logical layer; -1 for pre/post-process
+    double start_s = 0, duration_s = 0;
+  };
+  std::vector<TracedSpan> take_trace() {
+    std::vector<TracedSpan> out;
+    if (marks_.empty()) return out;
+    D::synchronize();
+    const Event origin = marks_.front().begin;
+    for (const auto& m : marks_)
+      out.push_back({m.slot, m.phase, m.layer, D::seconds(origin, m.begin), D::seconds(m.begin, m.end)});
+    for (auto& m : marks_) {
+      D::release_event(m.begin);
+      D::release_event(m.end);
+    }
+    marks_.clear();
+    return out;
   }
 
   void zero_grad() { params_.zero_grad(); }
@@ -528,6 +634,7 @@ class DevModel {
 
   // h_out = h + branch(rmsnorm(h)), the CPU's Block.
   struct Block {
+    char symbol = 0;
     const T* norm_w = nullptr;
     T* norm_g = nullptr;
     std::unique_ptr<DevBranch<D, T>> branch;
@@ -545,9 +652,28 @@ class DevModel {
       branch->forward(normed.get(), out.get(), b, t);
       add_inplace<D, T>(h.get(), out.get(), static_cast<long>(nc));
     }
+    // A MoE block in the three slot pieces of DevBranch::forward_part; in order they are forward().
+    void forward_part(int part, Buf<D, T>& h, T eps, int b, int t, int c) {
+      const std::size_t nc = h.size();
+      if (part == 0) {
+        h_in.resize(nc);
+        D::copy(h_in.get(), h.get(), nc);
+        normed.resize(nc);
+        out.resize(nc);
+        rstd.resize(static_cast<std::size_t>(b) * t);
+        rmsnorm_forward<D, T>(normed.get(), rstd.get(), h_in.get(), norm_w, b * t, c, eps);
+      }
+      branch->forward_part(part, normed.get(), out.get(), b, t);
+      if (part == 2) add_inplace<D, T>(h.get(), out.get(), static_cast<long>(nc));
+    }
+    void backward_part(int part, Buf<D, T>& dh, int b, int t, int c) {
+      if (part == 0) dnormed.assign_zero(dh.size());
+      branch->backward_part(part, normed.get(), dh.get(), dnormed.get(), b, t);
+      if (part == 2) rmsnorm_backward<D, T>(dh.get(), norm_g, dnormed.get(), h_in.get(), norm_w, rstd.get(), b * t, c);
+    }
+    Buf<D, T> dnormed;
     // dh holds d(h_out) on entry and d(h_in) on return.
     void backward(Buf<D, T>& dh, int b, int t, int c) {
-      Buf<D, T> dnormed;
       dnormed.assign_zero(dh.size());
       branch->backward(normed.get(), dh.get(), dnormed.get(), b, t);
       rmsnorm_backward<D, T>(dh.get(), norm_g, dnormed.get(), h_in.get(), norm_w, rstd.get(), b * t, c);
@@ -562,6 +688,7 @@ class DevModel {
 
   Block make_block(char sym, const std::string& pre, T loss_scale) {
     Block blk;
+    blk.symbol = sym;
     const std::string norm = pre + prenorm_name(sym);
     blk.norm_w = params_.w(norm);
     blk.norm_g = params_.g(norm);
@@ -577,9 +704,26 @@ class DevModel {
     add_inplace<D, T>(dst.get(), src.get(), static_cast<long>(dst.size()));
   }
 
+  using Event = typename D::Event;
+  struct Mark {
+    std::string slot;
+    char phase;
+    int layer;
+    Event begin, end;
+  };
+  void span(const char* slot, char phase, int layer, Event begin) {
+    if (tracing_)
+      marks_.push_back({slot, phase, layer, begin, D::record()});
+    else
+      D::release_event(begin);
+  }
+
   HybridModel<T>& host_;
   DevParams<D, T> params_;
   std::vector<Block> blocks_;
+  std::vector<std::size_t> layer_begin_;  // first block of each logical layer, then blocks_.size()
+  bool tracing_ = false;
+  std::vector<Mark> marks_;
   std::vector<Depth> mtp_;
   int b_ = 0, t_ = 0;
   bool have_forward_ = false;
@@ -633,6 +777,12 @@ class DeviceModelOn final : public cuda::DeviceModel {
   void download_optimizer_state(AdamWState<float>& state) const override { m_.download_optimizer_state(state); }
   void upload_optimizer_state(const AdamWState<float>& state) override { m_.upload_optimizer_state(state); }
   void synchronize() override { D::synchronize(); }
+  void set_tracing(bool on) override { m_.set_tracing(on); }
+  std::vector<Span> take_trace() override {
+    std::vector<Span> out;
+    for (const auto& s : m_.take_trace()) out.push_back({s.slot, s.phase, s.layer, s.start_s, s.duration_s});
+    return out;
+  }
   double gemm_flops() const override { return D::gemm_flops_total(); }
 
  private:

@@ -44,12 +44,17 @@ struct MoeCacheD {
   Buf<D, T> permuted_in, permuted_out;  // (N k, C)
   std::vector<SwiGLUCacheD<D, T>> expert_caches;
   SwiGLUCacheD<D, T> shared_cache;
+  Buf<D, T> shared_out;  // (N, C), the shared expert's output (forward, added at the combine)
+  Buf<D, T> dpo, dw, dpi;  // backward between the pieces: d permuted_out, d combine weights, d permuted_in
 };
 
-// x, out (n, C); out is overwritten. aux/z losses of this call are left in the cache.
+// The branch in the pieces of the schedule's slots (reference 3.3): route_permute (pre_dispatch:
+// router, top-k, losses, permutation, gather, and the shared expert), experts (mlp), combine
+// (combine: weighted sum + shared output). moe_forward runs the three in order. x, out (n, C);
+// out is overwritten. aux/z losses of this call are left in the cache.
 template <class D, class T>
-void moe_forward(const ModelConfig& cfg, const MoeW<T>& w, const T* x, T* out, int n, int c, MoeCacheD<D, T>& cache,
-                 T loss_scale) {
+void moe_route_permute(const ModelConfig& cfg, const MoeW<T>& w, const T* x, int n, int c, MoeCacheD<D, T>& cache,
+                       T loss_scale) {
   const int e = static_cast<int>(w.experts.size()), k = cfg.moe_topk;
   if (k < 1 || k > e)
     throw std::invalid_argument("moe: need 1 <= topk (" + std::to_string(k) + ") <= num_experts (" + std::to_string(e) + ")");
@@ -112,18 +117,34 @@ void moe_forward(const ModelConfig& cfg, const MoeW<T>& w, const T* x, T* out, i
   for (const T l : lse_h) z += l * l;
   cache.z_loss = loss_scale * static_cast<T>(cfg.moe_z_loss_coeff) * z / nn;
 
-  // Gather, experts, combine.
+  // Gather (and the shared expert, which reads the same normalised tokens).
   cache.permuted_in.resize(nk * c);
   cache.permuted_out.assign_zero(nk * c);
   T* pin = cache.permuted_in.get();
   const int* rt = cache.row_token.get();
   D::launch(static_cast<long>(nk), [=] HT_HD(long r) { cpu::gather_rows(pin + r * c, x, rt + r, 1, c); });
+  if (w.has_shared) {
+    cache.shared_out.resize(static_cast<std::size_t>(n) * c);
+    swiglu_forward<D, T>(cache.shared_out.get(), cache.shared_cache, x, n, w.shared);
+  }
+}
+
+template <class D, class T>
+void moe_experts_forward(const MoeW<T>& w, int c, MoeCacheD<D, T>& cache) {
+  const int e = cache.e;
+  T* pin = cache.permuted_in.get();
   cache.expert_caches.resize(static_cast<std::size_t>(e));
   for (int ex = 0; ex < e; ++ex) {
     const long lo = static_cast<long>(cache.expert_offset[static_cast<std::size_t>(ex)]) * c;
     swiglu_forward<D, T>(cache.permuted_out.get() + lo, cache.expert_caches[static_cast<std::size_t>(ex)], pin + lo,
                          cache.tokens_per_expert[static_cast<std::size_t>(ex)], w.experts[static_cast<std::size_t>(ex)]);
   }
+}
+
+template <class D, class T>
+void moe_combine_forward(const MoeW<T>& w, T* out, int c, const MoeCacheD<D, T>& cache) {
+  const int n = cache.n, k = cache.k;
+  const T* tw = cache.topk_w.get();
   const T* pout = cache.permuted_out.get();
   const int* pr_row = cache.perm_row.get();
   D::launch(n, [=] HT_HD(long i) {
@@ -135,27 +156,31 @@ void moe_forward(const ModelConfig& cfg, const MoeW<T>& w, const T* x, T* out, i
       for (int d = 0; d < c; ++d) yi[d] += wj * o[d];
     }
   });
-  if (w.has_shared) {
-    Buf<D, T> shared_buf(static_cast<std::size_t>(n) * c);
-    T* sh = shared_buf.get();
-    swiglu_forward<D, T>(sh, cache.shared_cache, x, n, w.shared);
-    add_inplace<D, T>(out, sh, static_cast<long>(n) * c);
-  }
+  if (w.has_shared) add_inplace<D, T>(out, cache.shared_out.get(), static_cast<long>(n) * c);
 }
 
-// dx and the weight gradients accumulate; d total loss / d aux = d / d z = 1.
 template <class D, class T>
-void moe_backward(const ModelConfig& cfg, const MoeW<T>& w, const MoeCacheD<D, T>& cache, const T* x, const T* dy,
-                  T* dx, const MoeGrad<T>& grads, int c, T loss_scale) {
-  const int n = cache.n, e = cache.e, k = cache.k;
+void moe_forward(const ModelConfig& cfg, const MoeW<T>& w, const T* x, T* out, int n, int c, MoeCacheD<D, T>& cache,
+                 T loss_scale) {
+  moe_route_permute<D, T>(cfg, w, x, n, c, cache, loss_scale);
+  moe_experts_forward<D, T>(w, c, cache);
+  moe_combine_forward<D, T>(w, out, c, cache);
+}
+
+// Backward in the same three pieces, run in reverse slot order: combine (the shared expert's
+// backward into dx, then d permuted_out and d combine weights), experts (d permuted_in), and
+// route_permute (unpermute into dx, the router). dx and the weight gradients accumulate; d total
+// loss / d aux = d / d z = 1. The order of the additions into dx is the CPU's (moe.cpp).
+template <class D, class T>
+void moe_combine_backward(const MoeW<T>& w, const T* x, const T* dy, T* dx, const MoeGrad<T>& grads, int c,
+                          MoeCacheD<D, T>& cache) {
+  const int n = cache.n, k = cache.k;
   const std::size_t nk = static_cast<std::size_t>(n) * k;
   if (w.has_shared) swiglu_backward<D, T>(dx, grads.shared, dy, x, n, w.shared, cache.shared_cache);
   // combine: y_x = sum_j w_xj permuted_out[perm(x, j)]
-  Buf<D, T> dpo_buf, dw_buf, dpi_buf;
-  dpo_buf.assign_zero(nk * c);
-  dw_buf.assign_zero(nk);
-  dpi_buf.assign_zero(nk * c);
-  T *dpo = dpo_buf.get(), *dw = dw_buf.get(), *dpi = dpi_buf.get();
+  cache.dpo.assign_zero(nk * c);
+  cache.dw.assign_zero(nk);
+  T *dpo = cache.dpo.get(), *dw = cache.dw.get();
   const T* pout = cache.permuted_out.get();
   const T* tw = cache.topk_w.get();
   const int* pr_row = cache.perm_row.get();
@@ -173,12 +198,29 @@ void moe_backward(const ModelConfig& cfg, const MoeW<T>& w, const MoeCacheD<D, T
       dw[ij] += s;
     }
   });
-  for (int ex = 0; ex < e; ++ex) {
+}
+
+template <class D, class T>
+void moe_experts_backward(const MoeW<T>& w, const MoeGrad<T>& grads, int c, MoeCacheD<D, T>& cache) {
+  const std::size_t nk = static_cast<std::size_t>(cache.n) * cache.k;
+  cache.dpi.assign_zero(nk * c);
+  for (int ex = 0; ex < cache.e; ++ex) {
     const long lo = static_cast<long>(cache.expert_offset[static_cast<std::size_t>(ex)]) * c;
-    swiglu_backward<D, T>(dpi + lo, grads.experts[static_cast<std::size_t>(ex)], dpo + lo, cache.permuted_in.get() + lo,
-                          cache.tokens_per_expert[static_cast<std::size_t>(ex)], w.experts[static_cast<std::size_t>(ex)],
-                          cache.expert_caches[static_cast<std::size_t>(ex)]);
+    swiglu_backward<D, T>(cache.dpi.get() + lo, grads.experts[static_cast<std::size_t>(ex)], cache.dpo.get() + lo,
+                          cache.permuted_in.get() + lo, cache.tokens_per_expert[static_cast<std::size_t>(ex)],
+                          w.experts[static_cast<std::size_t>(ex)], cache.expert_caches[static_cast<std::size_t>(ex)]);
   }
+}
+
+template <class D, class T>
+void moe_route_permute_backward(const ModelConfig& cfg, const MoeW<T>& w, const T* x, T* dx, const MoeGrad<T>& grads,
+                                int c, T loss_scale, MoeCacheD<D, T>& cache) {
+  const int n = cache.n, e = cache.e, k = cache.k;
+  const std::size_t nk = static_cast<std::size_t>(n) * k;
+  const T* dpi = cache.dpi.get();
+  const T* dw = cache.dw.get();
+  const T* tw = cache.topk_w.get();
+  const int* pr_row = cache.perm_row.get();
   // unpermute: dx_x += sum_j dpermuted_in[perm(x, j)], j increasing
   D::launch(n, [=] HT_HD(long i) {
     T* d = dx + i * c;
@@ -214,6 +256,14 @@ void moe_backward(const ModelConfig& cfg, const MoeW<T>& w, const MoeCacheD<D, T
   });
   D::gemm(dx, dl, w.router, n, c, e, false, false, true);
   D::gemm(grads.router, dl, x, e, c, n, true, false, true);
+}
+
+template <class D, class T>
+void moe_backward(const ModelConfig& cfg, const MoeW<T>& w, MoeCacheD<D, T>& cache, const T* x, const T* dy, T* dx,
+                  const MoeGrad<T>& grads, int c, T loss_scale) {
+  moe_combine_backward<D, T>(w, x, dy, dx, grads, c, cache);
+  moe_experts_backward<D, T>(w, grads, c, cache);
+  moe_route_permute_backward<D, T>(cfg, w, x, dx, grads, c, loss_scale, cache);
 }
 
 }  // namespace ht::engine::dev

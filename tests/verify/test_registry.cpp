@@ -32,7 +32,8 @@ TEST_CASE("the registry has the documented stable names, each once", "[verify]")
     CHECK(names.count(n) == 1);
 #ifdef HT_TEST_HAS_ENGINE
   for (const char* n : {"engine.grouped_vs_flattened", "engine.overlap_vs_sequential", "engine.delay_wgrad",
-                        "engine.checkpoint_resume", "engine.matches_model", "engine.router"})
+                        "engine.checkpoint_resume", "engine.matches_model", "engine.router",
+                        "engine.device_grouped_vs_flattened", "engine.device_matches_model"})
     CHECK(names.count(n) == 1);
 #endif
   CHECK(find_property("pattern.rule.G5") != nullptr);
@@ -78,7 +79,8 @@ TEST_CASE("with a fixed pattern every property passes or says why it does not ap
 #ifdef HT_TEST_HAS_ENGINE
 TEST_CASE("a fixed MTP pattern runs in the engine properties whose schedules take MTP, the others say why not", "[verify][property]") {
   for (const char* name : {"engine.matches_model", "engine.grouped_vs_flattened", "engine.ep_invariance",
-                           "engine.checkpoint_load", "engine.checkpoint_resume", "engine.overlap_vs_sequential",
+                           "engine.checkpoint_load", "engine.checkpoint_resume", "engine.device_grouped_vs_flattened",
+                           "engine.device_matches_model", "engine.overlap_vs_sequential",
                            "engine.delay_wgrad", "engine.pp_invariance"}) {
     CAPTURE(name);
     RunOptions o;

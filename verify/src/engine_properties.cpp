@@ -17,6 +17,7 @@
 #include "engine_compare.hpp"
 #include "ht/schedule/build.hpp"
 #include "ht/engine/checkpoint.hpp"
+#include "ht/engine/cuda/device_model.hpp"
 #include "ht/engine/layers/moe.hpp"
 #include "ht/engine/model.hpp"
 #include "ht/patterns/symbols.hpp"
@@ -309,6 +310,57 @@ void check_checkpoint_resume(const Case& j) {
   if (!d.bitwise) fail("resumed vs uninterrupted: parameter " + d.first_differing + " differs after the next step");
 }
 
+// ---- the CUDA code path: the device model on the host emulation of the device -------------------
+
+// One forward and backward of the device model: loss terms and gradients by canonical name.
+std::pair<engine::LossBreakdown, std::map<std::string, engine::Tensor<float>>> device_run(
+    const patterns::ParsedPattern& p, const EngineCase& c, const engine::Batch& batch) {
+  engine::HybridModel<float> host(p, c.model, c.weight_seed);
+  auto dm = engine::cuda::make_host_device_model(host);
+  dm->zero_grad();
+  const engine::LossBreakdown loss = dm->forward(batch);
+  dm->backward();
+  dm->download_grads();
+  std::map<std::string, engine::Tensor<float>> grads;
+  for (auto& q : host.parameters()) grads[q.canonical] = *q.grad;
+  return {loss, grads};
+}
+
+void check_device_grouped_vs_flattened(const Case& j) {
+  const EngineCase c = engine_case_of(j);
+  const auto grouped = patterns::parse(c.pattern);
+  const auto flat = patterns::flatten(grouped);
+  const engine::Batch batch = detail::batches_for(c, 1, 1).at(0).at(0);
+  const auto [la, ga] = device_run(grouped, c, batch);
+  const auto [lb, gb] = device_run(flat, c, batch);
+  if (std::memcmp(&la.total, &lb.total, sizeof la.total) != 0)
+    fail("device model: loss of '" + grouped.text + "' " + std::to_string(la.total) + " differs from '" + flat.text +
+         "' " + std::to_string(lb.total));
+  for (const auto& [name, g] : ga) {
+    const auto it = gb.find(name);
+    if (it == gb.end() || it->second.shape != g.shape ||
+        std::memcmp(it->second.data.data(), g.data.data(), g.size() * sizeof(float)) != 0)
+      fail("device model: gradient of " + name + " differs between grouped and flattened");
+  }
+}
+
+// Bitwise where every layer's device code rounds like the CPU's on the host (all but SwiGLU, whose
+// CPU exp is Eigen's vectorised one: '-' and 'E'), else within the float32 bound of
+// layer_compare.hpp against a float64 HybridModel.
+void check_device_matches_model(const Case& j) {
+  const EngineCase c = engine_case_of(j);
+  const auto p = patterns::parse(c.pattern);
+  const engine::Batch batch = detail::batches_for(c, 1, 1).at(0).at(0);
+  const auto row = engine::cuda::compare_device_to_cpu(engine::cuda::make_host_device_model, p, c.model, batch,
+                                                       c.weight_seed);
+  std::string all = p.flattened_symbols();
+  for (int d = 0; d < p.mtp_depths; ++d) all += p.mtp;
+  const bool swiglu = all.find_first_of("-E") != std::string::npos;
+  if (!row.pass) fail("device model vs HybridModel: " + row.note);
+  if (!swiglu && !row.bitwise)
+    fail("device model vs HybridModel: not bitwise without SwiGLU layers (max diff " + std::to_string(row.max_abs_diff) + ")");
+}
+
 // ---- the router against reference section 5.1 -------------------------------------------------
 
 void check_router(const Case& j) {
@@ -469,6 +521,12 @@ void add_engine_properties(std::vector<Property>& out) {
                      "a checkpoint of the grouped run (overlapped unless MTP) resumes the sequential flattened run "
                      "bitwise",
                      engine_cases(false, true), check_checkpoint_resume));
+  out.push_back(make("engine.device_grouped_vs_flattened",
+                     "the CUDA code path (host emulation): grouped == flattened device model, losses and gradients bitwise",
+                     engine_cases(false, true), check_device_grouped_vs_flattened));
+  out.push_back(make("engine.device_matches_model",
+                     "the CUDA code path (host emulation) == HybridModel: bitwise without SwiGLU, else the float32 bound",
+                     engine_cases(false, true), check_device_matches_model));
   out.push_back(make("engine.router", "top-k (ties to the lower index), combine weights, aux and z losses per reference 5.1",
                      router_cases, check_router));
 }

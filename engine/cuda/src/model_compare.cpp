@@ -103,6 +103,28 @@ double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) 
 
 }  // namespace
 
+ModelComparison compare_device_to_cpu(const DeviceModelFactory& make, const patterns::ParsedPattern& p,
+                                      const ModelConfig& cfg, const Batch& batch, std::uint64_t seed) {
+  HybridModel<float> cpu(p, cfg, seed), mirror(p, cfg, seed);
+  HybridModel<double> ref(p, cfg, seed);
+  auto fp = cpu.parameters();
+  auto dp = ref.parameters();
+  for (std::size_t i = 0; i < fp.size(); ++i) dp[i].value->data.assign(fp[i].value->data.begin(), fp[i].value->data.end());
+  const auto r64 = on_cpu(ref, batch), r32 = on_cpu(cpu, batch), dev = on_device(make, mirror, batch);
+  // K: every physical layer adds at most C + F + E F + T reductions along the chain, the head V.
+  const int layers = static_cast<int>(p.flattened_symbols().size() + p.mtp_items.size() * p.mtp_depths);
+  const int depth = (layers + 2) * (cfg.hidden + cfg.ffn_hidden + cfg.num_experts * cfg.moe_ffn_hidden +
+                                    batch.tokens.dim(1) + cfg.vocab_size);
+  std::vector<LayerComparison> bound;
+  dev::compare::Run<dev::Host, float>{bound}.add("model", p.text, depth, r64, r32, dev);
+  const LayerComparison& c = bound.front();
+  std::ostringstream note;
+  note.precision(3);
+  note << "losses and gradients: err vs float64 " << c.err_dev << (c.pass ? " <= " : " > ") << "bound " << c.bound
+       << " (CPU float32 err " << c.err_ref << ", K " << depth << ", scale " << c.scale << ")";
+  return {"cpu_vs_device_model", p.text, c.diff_cpu, c.diff_cpu == 0, c.pass, note.str()};
+}
+
 std::vector<ModelComparison> compare_models(const DeviceModelFactory& make, std::uint64_t seed) {
   const ModelConfig cfg = compare_config();
   const Batch batch = random_batch(2, 8, cfg.vocab_size, seed);
@@ -117,27 +139,8 @@ std::vector<ModelComparison> compare_models(const DeviceModelFactory& make, std:
                     "losses and every gradient by canonical name, one microbatch, bitwise required"});
   }
 
-  for (const std::string text : {"M[*E]-/*E", "[WE]M-", "G+E/+E", "MG*G"}) {
-    const auto p = patterns::parse(text);
-    HybridModel<float> cpu(p, cfg, seed), mirror(p, cfg, seed);
-    HybridModel<double> ref(p, cfg, seed);
-    auto fp = cpu.parameters();
-    auto dp = ref.parameters();
-    for (std::size_t i = 0; i < fp.size(); ++i) dp[i].value->data.assign(fp[i].value->data.begin(), fp[i].value->data.end());
-    const auto r64 = on_cpu(ref, batch), r32 = on_cpu(cpu, batch), dev = on_device(make, mirror, batch);
-    // K: every physical layer adds at most C + F + E F + T reductions along the chain, the head V.
-    const int layers = static_cast<int>(p.flattened_symbols().size() + p.mtp_items.size() * p.mtp_depths);
-    const int depth = (layers + 2) * (cfg.hidden + cfg.ffn_hidden + cfg.num_experts * cfg.moe_ffn_hidden + batch.tokens.dim(1) +
-                                      cfg.vocab_size);
-    std::vector<LayerComparison> bound;
-    dev::compare::Run<dev::Host, float>{bound}.add("model", text, depth, r64, r32, dev);
-    const LayerComparison& c = bound.front();
-    std::ostringstream note;
-    note.precision(3);
-    note << "losses and gradients: err vs float64 " << c.err_dev << (c.pass ? " <= " : " > ") << "bound " << c.bound
-         << " (CPU float32 err " << c.err_ref << ", K " << depth << ", scale " << c.scale << ")";
-    rows.push_back({"cpu_vs_device_model", text, c.diff_cpu, c.diff_cpu == 0, c.pass, note.str()});
-  }
+  for (const std::string text : {"M[*E]-/*E", "[WE]M-", "G+E/+E", "MG*G"})
+    rows.push_back(compare_device_to_cpu(make, patterns::parse(text), cfg, batch, seed));
   return rows;
 }
 

@@ -84,5 +84,9 @@ struct ModelComparison {
   std::string note;
 };
 std::vector<ModelComparison> compare_models(const DeviceModelFactory& make, std::uint64_t seed);
+// One cpu_vs_device_model row: `p` with `cfg` and weights from `seed` on the device and on the CPU,
+// one forward and backward of `batch`. max_abs_diff is against the CPU float32 model (0: bitwise).
+ModelComparison compare_device_to_cpu(const DeviceModelFactory& make, const patterns::ParsedPattern& p,
+                                      const ModelConfig& cfg, const Batch& batch, std::uint64_t seed);
 
 }  // namespace ht::engine::cuda

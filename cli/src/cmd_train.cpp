@@ -236,6 +236,64 @@ void write_device_trace(const TrainArgs& a, const patterns::ParsedPattern& parse
   traces::write_chrome_trace(t, a.trace);
 }
 
+// --backend cuda|cuda-host --dp N: N data-parallel replicas sharing the device, each step one
+// batch per rank (the executor's batch order), gradients summed on the device in rank order, AdamW
+// on every rank. Reports the step loss as the executor does: the sum over ranks.
+int run_device_data_parallel(const TrainArgs& a) {
+  if (!a.resume.empty() || !a.checkpoint.empty() || !a.import_gpt.empty() || !a.trace.empty())
+    throw UsageError("--dp on a device trains replicas without --checkpoint, --resume, --import-gpt or --trace yet");
+  if (a.steps < 0) throw UsageError("--steps must be >= 0");
+  const auto parsed = patterns::parse(a.pattern.empty() ? "M*-E" : a.pattern);
+  const int ranks = a.parallel.dp;
+  auto dp = a.backend == "cuda" ? he::cuda::make_cuda_data_parallel(parsed, a.cfg, a.seed, ranks)
+                                : he::cuda::make_host_data_parallel(parsed, a.cfg, a.seed, ranks);
+  const auto corpus = he::load_corpus(a.data);
+  const std::size_t nparams = dp->host(0).num_parameters();
+  if (!a.quiet)
+    std::cerr << "train '" << parsed.text << "': " << nparams << " parameters, " << ranks << " data-parallel ranks on "
+              << dp->device() << ", batch " << a.batch << " x " << a.seq << " bytes per rank\n";
+  std::vector<double> losses;
+  double seconds = 0;
+  for (int i = 0; i < a.steps; ++i) {
+    std::vector<he::Batch> batches;
+    for (int r = 0; r < ranks; ++r)
+      batches.push_back(he::sample_batch(corpus, a.batch, a.seq, a.seed, static_cast<std::int64_t>(i) * ranks + r));
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto per_rank = dp->forward_backward(batches);
+    const double gnorm = dp->adamw_step(a.opt);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    seconds += dt;
+    double total = 0;
+    for (const auto& l : per_rank) total += l.total;
+    losses.push_back(total);
+    if (!a.quiet)
+      std::cerr << "step " << std::setw(5) << i + 1 << "  loss " << std::fixed << std::setprecision(4) << total
+                << "  |g| " << std::setprecision(3) << gnorm << "  " << std::setprecision(0)
+                << static_cast<double>(ranks) * a.batch * a.seq / dt << " tok/s\n"
+                << std::defaultfloat;
+  }
+  const double tokens_per_s = seconds > 0 ? static_cast<double>(a.steps) * ranks * a.batch * a.seq / seconds : 0.0;
+  const double final_loss = losses.empty() ? 0.0 : losses.back();
+  if (a.json_out) {
+    nlohmann::json j = {{"pattern", parsed.text}, {"parameters", nparams}, {"dp", ranks},
+                        {"backend", a.backend},   {"device", dp->device()}, {"steps", a.steps},
+                        {"batch", a.batch},       {"seq", a.seq},           {"seed", a.seed},
+                        {"data", corpus.source},  {"losses", losses},       {"final_loss", final_loss},
+                        {"tokens_per_s", tokens_per_s}, {"seconds", seconds}, {"config", he::config_to_json(a.cfg)}};
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << "pattern      " << parsed.text << "\n"
+              << "ranks        " << ranks << " data-parallel on " << dp->device() << "\n"
+              << "parameters   " << nparams << " per replica\n"
+              << "data         " << corpus.source << " (" << corpus.bytes.size() << " bytes)\n";
+    if (!losses.empty())
+      std::cout << "loss         " << std::fixed << std::setprecision(4) << losses.front() << " -> " << final_loss << "\n"
+                << "tokens/s     " << std::setprecision(0) << tokens_per_s << "\n"
+                << std::defaultfloat;
+  }
+  return 0;
+}
+
 // The device's weights and AdamW moments into the host model and state (checkpoints, the end).
 void pull_from_device(he::cuda::DeviceModel& device, he::AdamWState<float>& state) {
   device.download_params();
@@ -251,7 +309,8 @@ int run(TrainArgs a) {
   if (a.steps < 0) throw UsageError("--steps must be >= 0");
   if (a.trace_step != "median" && a.trace_step != "last" && std::stoll(a.trace_step) > a.steps)
     throw UsageError("--trace-step " + a.trace_step + " is past the last step (" + std::to_string(a.steps) + ")");
-  if (!on_device && a.executor_mode()) return run_executor(std::move(a));
+  if (!on_device && (a.executor_mode() || a.parallel.dp > 1)) return run_executor(std::move(a));
+  if (on_device && a.parallel.dp > 1) return run_device_data_parallel(a);
   he::AdamWState<float> state;
   std::int64_t start_step = 0;
   std::string pattern_text = a.pattern;

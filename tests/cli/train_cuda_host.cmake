@@ -2,7 +2,8 @@
 # GPU) against `train --backend cpu` on a Mamba2 + attention pattern, where every device layer is
 # bitwise to the CPU layer on the host: the per-step losses of 3 AdamW steps must be identical;
 # and a checkpoint written from the device (weights and moments downloaded) resumes on the CPU
-# and on the device with the losses of an uninterrupted CPU run.
+# and on the device with the losses of an uninterrupted CPU run; data-parallel ranks sharing the
+# device give the CPU executor's losses.
 foreach(backend cpu cuda-host)
   execute_process(COMMAND ${BIN} train --backend ${backend} --pattern "M[*]M*" --steps 3 --batch 2 --seq 24 --json --quiet
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
@@ -42,6 +43,24 @@ foreach(backend cpu cuda-host)
     message(FATAL_ERROR "${backend} resumed from the device checkpoint: ${got2} ${got3}, uninterrupted CPU: ${want2} ${want3}")
   endif()
 endforeach()
+# Data-parallel ranks sharing the device: 2 replicas give the CPU executor's EP = DP = 2 losses
+# (no SwiGLU layer, so the device code rounds like the CPU's; the gradient sum is its all-reduce).
+set(dpargs --pattern "M[*]G" --steps 3 --batch 2 --seq 24 --json --quiet)
+execute_process(COMMAND ${BIN} train --backend cuda-host --dp 2 ${dpargs} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "cuda-host --dp 2: exit ${rc}: ${err}")
+endif()
+string(JSON dp_losses GET "${out}" losses)
+execute_process(COMMAND ${BIN} train --ep 2 ${dpargs} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+string(JSON ep_losses GET "${out}" losses)
+if(NOT dp_losses STREQUAL ep_losses)
+  message(FATAL_ERROR "cuda-host --dp 2 losses ${dp_losses} differ from the CPU executor's --ep 2 ${ep_losses}")
+endif()
+execute_process(COMMAND ${BIN} train --backend cuda-host --dp 2 --steps 1 --checkpoint "${WORK}/dp_ckpt"
+                RESULT_VARIABLE rc ERROR_VARIABLE err OUTPUT_QUIET)
+if(NOT rc EQUAL 2 OR NOT err MATCHES "--dp on a device")
+  message(FATAL_ERROR "cuda-host --dp 2 --checkpoint: exit ${rc}: ${err}")
+endif()
 # The device path trains one model: executor flags are refused in one line, exit 2.
 execute_process(COMMAND ${BIN} train --backend cuda-host --ep 2 --steps 1 RESULT_VARIABLE rc ERROR_VARIABLE err)
 if(NOT rc EQUAL 2 OR NOT err MATCHES "one model on one device")

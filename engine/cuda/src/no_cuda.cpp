@@ -23,6 +23,10 @@ std::vector<LayerComparison> compare_layers_cuda(std::uint64_t, const LayerShape
 double measure_gemm_tflops_cuda(int, int) {
   throw std::runtime_error("this build has no CUDA backend (nvcc not found, or HT_ENABLE_CUDA=OFF, at configure time)");
 }
+std::unique_ptr<DataParallelModel> make_cuda_data_parallel(const patterns::ParsedPattern&, const ModelConfig&,
+                                                           std::uint64_t, int) {
+  throw std::runtime_error("this build has no CUDA backend (nvcc not found, or HT_ENABLE_CUDA=OFF, at configure time)");
+}
 std::unique_ptr<DeviceModel> make_cuda_device_model(HybridModel<float>&) {
   throw std::runtime_error("this build has no CUDA backend (nvcc not found, or HT_ENABLE_CUDA=OFF, at configure time)");
 }

@@ -24,24 +24,7 @@ using DevHostModel = dev::DevModel<dev::Host, float>;
 
 namespace {
 
-ModelConfig small_config() {
-  ModelConfig c;
-  c.vocab_size = 37;
-  c.hidden = 24;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 6;
-  c.window = 3;
-  c.ffn_hidden = 20;
-  c.num_experts = 4;
-  c.moe_topk = 2;
-  c.moe_ffn_hidden = 12;
-  c.moe_shared_ffn_hidden = 8;
-  c.moe_aux_loss_coeff = 0.1f;
-  c.moe_z_loss_coeff = 0.05f;
-  c.init_std = 0.2f;
-  return c;
-}
+ModelConfig small_config() { return cuda::model_check_config(); }
 
 Batch random_batch(int b, int t, int vocab, Rng& rng) {
   Batch batch{Tensor<int>({b, t}), Tensor<int>({b, t})};

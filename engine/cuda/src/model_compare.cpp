@@ -15,12 +15,8 @@
 #include "ht/patterns/pattern.hpp"
 
 namespace ht::engine::cuda {
-namespace {
 
-// Small but covering every branch the device model runs: GQA 2:1, a window, top-2 of 4 experts
-// with a shared expert, a Mamba2 with 2 groups, a GDN with 2 value heads per q/k head, an MLA
-// with low-rank q.
-ModelConfig compare_config() {
+ModelConfig model_check_config() {
   ModelConfig c;
   c.vocab_size = 37;
   c.hidden = 24;
@@ -53,6 +49,8 @@ ModelConfig compare_config() {
   c.init_std = 0.2f;
   return c;
 }
+
+namespace {
 
 Batch random_batch(int b, int t, int vocab, std::uint64_t seed) {
   Rng rng(seed, "compare-models-batch");
@@ -126,7 +124,7 @@ ModelComparison compare_device_to_cpu(const DeviceModelFactory& make, const patt
 }
 
 std::vector<ModelComparison> compare_models(const DeviceModelFactory& make, std::uint64_t seed) {
-  const ModelConfig cfg = compare_config();
+  const ModelConfig cfg = model_check_config();
   const Batch batch = random_batch(2, 8, cfg.vocab_size, seed);
   std::vector<ModelComparison> rows;
 

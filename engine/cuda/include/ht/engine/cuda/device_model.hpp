@@ -102,6 +102,10 @@ struct ModelComparison {
   std::string note;
 };
 std::vector<ModelComparison> compare_models(const DeviceModelFactory& make, std::uint64_t seed);
+// The small model compare_models runs (and the device model tests): GQA 2:1, a window, top-2 of 4
+// experts with a shared expert, Mamba2 with 2 groups, GDN with 2 value heads per q/k head, MLA
+// with low-rank q.
+ModelConfig model_check_config();
 // One cpu_vs_device_model row: `p` with `cfg` and weights from `seed` on the device and on the CPU,
 // one forward and backward of `batch`. max_abs_diff is against the CPU float32 model (0: bitwise).
 ModelComparison compare_device_to_cpu(const DeviceModelFactory& make, const patterns::ParsedPattern& p,

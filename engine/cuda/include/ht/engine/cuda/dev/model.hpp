@@ -250,87 +250,86 @@ class MoeBranchD final : public DevBranch<D, T> {
   MoeCacheD<D, T> cache_;
 };
 
-template <class D, class T>
-class Mamba2BranchD final : public DevBranch<D, T> {
+// The mixers (Mamba2, GDN, MLA) share one adapter: their forward and backward take the same
+// arguments; `bind` fills the weight and gradient pointers by checkpoint name.
+template <class D, class T, class W, class G, class C, auto Fwd, auto Bwd>
+class MixerBranchD final : public DevBranch<D, T> {
  public:
-  Mamba2BranchD(const ModelConfig& cfg, DevParams<D, T>& p, const std::string& pre) : cfg_(cfg) {
-    auto both = [&](const char* name) { return std::pair{p.w(pre + name), p.g(pre + name)}; };
-    std::tie(w_.in_proj, g_.in_proj) = both("mixer.in_proj.weight");
-    std::tie(w_.conv_weight, g_.conv_weight) = both("mixer.conv1d.weight");
-    std::tie(w_.conv_bias, g_.conv_bias) = both("mixer.conv1d.bias");
-    std::tie(w_.dt_bias, g_.dt_bias) = both("mixer.dt_bias");
-    std::tie(w_.A_log, g_.A_log) = both("mixer.A_log");
-    std::tie(w_.d_skip, g_.d_skip) = both("mixer.D");
-    std::tie(w_.norm, g_.norm) = both("mixer.norm.weight");
-    std::tie(w_.out_proj, g_.out_proj) = both("mixer.out_proj.weight");
+  template <class Bind>
+  MixerBranchD(const ModelConfig& cfg, Bind&& bind) : cfg_(cfg) {
+    bind(w_, g_);
   }
-  void forward(const T* x, T* out, int b, int t) override {
-    mamba2_forward<D, T>(cfg_, w_, x, out, b, t, cfg_.hidden, cache_);
-  }
+  void forward(const T* x, T* out, int b, int t) override { Fwd(cfg_, w_, x, out, b, t, cfg_.hidden, cache_); }
   void backward(const T* x, const T* dout, T* dx, int b, int t) override {
-    mamba2_backward<D, T>(cfg_, w_, cache_, x, dout, dx, g_, b, t, cfg_.hidden);
+    Bwd(cfg_, w_, cache_, x, dout, dx, g_, b, t, cfg_.hidden);
   }
 
  private:
   ModelConfig cfg_;
-  Mamba2W<T> w_;
-  Mamba2Grad<T> g_;
-  Mamba2CacheD<D, T> cache_;
+  W w_;
+  G g_;
+  C cache_;
+};
+
+// Binds one (weight, gradient) pair of `pre + name`; `optional` leaves both null when the host
+// model has no such parameter (MLA's direct or low-rank q path).
+template <class D, class T>
+struct ParamBinder {
+  DevParams<D, T>& p;
+  std::string pre;
+  void operator()(const T*& w, T*& g, const std::string& name, bool optional = false) const {
+    const std::string key = pre + name;
+    if (optional && !p.has(key)) {
+      w = nullptr;
+      g = nullptr;
+      return;
+    }
+    w = p.w(key);
+    g = p.g(key);
+  }
 };
 
 template <class D, class T>
-class GdnBranchD final : public DevBranch<D, T> {
- public:
-  GdnBranchD(const ModelConfig& cfg, DevParams<D, T>& p, const std::string& pre) : cfg_(cfg) {
-    auto both = [&](const char* name) { return std::pair{p.w(pre + name), p.g(pre + name)}; };
-    std::tie(w_.in_proj, g_.in_proj) = both("self_attention.in_proj.weight");
-    std::tie(w_.conv_weight, g_.conv_weight) = both("self_attention.conv1d.weight");
-    std::tie(w_.dt_bias, g_.dt_bias) = both("self_attention.dt_bias");
-    std::tie(w_.A_log, g_.A_log) = both("self_attention.A_log");
-    std::tie(w_.out_norm, g_.out_norm) = both("self_attention.out_norm.weight");
-    std::tie(w_.out_proj, g_.out_proj) = both("self_attention.out_proj.weight");
+std::unique_ptr<DevBranch<D, T>> make_mixer_branch(char symbol, const ModelConfig& cfg, DevParams<D, T>& p,
+                                                   const std::string& pre) {
+  const ParamBinder<D, T> bind{p, pre};
+  switch (symbol) {
+    case 'M':
+      return std::make_unique<MixerBranchD<D, T, Mamba2W<T>, Mamba2Grad<T>, Mamba2CacheD<D, T>, &mamba2_forward<D, T>,
+                                           &mamba2_backward<D, T>>>(cfg, [&](Mamba2W<T>& w, Mamba2Grad<T>& g) {
+        bind(w.in_proj, g.in_proj, "mixer.in_proj.weight");
+        bind(w.conv_weight, g.conv_weight, "mixer.conv1d.weight");
+        bind(w.conv_bias, g.conv_bias, "mixer.conv1d.bias");
+        bind(w.dt_bias, g.dt_bias, "mixer.dt_bias");
+        bind(w.A_log, g.A_log, "mixer.A_log");
+        bind(w.d_skip, g.d_skip, "mixer.D");
+        bind(w.norm, g.norm, "mixer.norm.weight");
+        bind(w.out_proj, g.out_proj, "mixer.out_proj.weight");
+      });
+    case 'G':
+      return std::make_unique<MixerBranchD<D, T, GdnW<T>, GdnGrad<T>, GdnCacheD<D, T>, &gdn_forward<D, T>,
+                                           &gdn_backward<D, T>>>(cfg, [&](GdnW<T>& w, GdnGrad<T>& g) {
+        bind(w.in_proj, g.in_proj, "self_attention.in_proj.weight");
+        bind(w.conv_weight, g.conv_weight, "self_attention.conv1d.weight");
+        bind(w.dt_bias, g.dt_bias, "self_attention.dt_bias");
+        bind(w.A_log, g.A_log, "self_attention.A_log");
+        bind(w.out_norm, g.out_norm, "self_attention.out_norm.weight");
+        bind(w.out_proj, g.out_proj, "self_attention.out_proj.weight");
+      });
+    default:  // '+'
+      return std::make_unique<MixerBranchD<D, T, MlaW<T>, MlaGrad<T>, MlaCacheD<D, T>, &mla_forward<D, T>,
+                                           &mla_backward<D, T>>>(cfg, [&](MlaW<T>& w, MlaGrad<T>& g) {
+        bind(w.q_proj, g.q_proj, "self_attention.linear_q_proj.weight", true);
+        bind(w.q_down, g.q_down, "self_attention.linear_q_down_proj.weight", true);
+        bind(w.q_norm, g.q_norm, "self_attention.linear_q_up_proj.layer_norm_weight", true);
+        bind(w.q_up, g.q_up, "self_attention.linear_q_up_proj.weight", true);
+        bind(w.kv_down, g.kv_down, "self_attention.linear_kv_down_proj.weight");
+        bind(w.kv_norm, g.kv_norm, "self_attention.linear_kv_up_proj.layer_norm_weight");
+        bind(w.kv_up, g.kv_up, "self_attention.linear_kv_up_proj.weight");
+        bind(w.proj, g.proj, "self_attention.linear_proj.weight");
+      });
   }
-  void forward(const T* x, T* out, int b, int t) override { gdn_forward<D, T>(cfg_, w_, x, out, b, t, cfg_.hidden, cache_); }
-  void backward(const T* x, const T* dout, T* dx, int b, int t) override {
-    gdn_backward<D, T>(cfg_, w_, cache_, x, dout, dx, g_, b, t, cfg_.hidden);
-  }
-
- private:
-  ModelConfig cfg_;
-  GdnW<T> w_;
-  GdnGrad<T> g_;
-  GdnCacheD<D, T> cache_;
-};
-
-template <class D, class T>
-class MlaBranchD final : public DevBranch<D, T> {
- public:
-  MlaBranchD(const ModelConfig& cfg, DevParams<D, T>& p, const std::string& pre) : cfg_(cfg) {
-    // The low-rank q path or the direct q projection, whichever the host model holds.
-    auto both = [&](const char* name) {
-      const std::string key = pre + "self_attention." + name;
-      return p.has(key) ? std::pair<const T*, T*>{p.w(key), p.g(key)} : std::pair<const T*, T*>{nullptr, nullptr};
-    };
-    std::tie(w_.q_proj, g_.q_proj) = both("linear_q_proj.weight");
-    std::tie(w_.q_down, g_.q_down) = both("linear_q_down_proj.weight");
-    std::tie(w_.q_norm, g_.q_norm) = both("linear_q_up_proj.layer_norm_weight");
-    std::tie(w_.q_up, g_.q_up) = both("linear_q_up_proj.weight");
-    std::tie(w_.kv_down, g_.kv_down) = both("linear_kv_down_proj.weight");
-    std::tie(w_.kv_norm, g_.kv_norm) = both("linear_kv_up_proj.layer_norm_weight");
-    std::tie(w_.kv_up, g_.kv_up) = both("linear_kv_up_proj.weight");
-    std::tie(w_.proj, g_.proj) = both("linear_proj.weight");
-  }
-  void forward(const T* x, T* out, int b, int t) override { mla_forward<D, T>(cfg_, w_, x, out, b, t, cfg_.hidden, cache_); }
-  void backward(const T* x, const T* dout, T* dx, int b, int t) override {
-    mla_backward<D, T>(cfg_, w_, cache_, x, dout, dx, g_, b, t, cfg_.hidden);
-  }
-
- private:
-  ModelConfig cfg_;
-  MlaW<T> w_;
-  MlaGrad<T> g_;
-  MlaCacheD<D, T> cache_;
-};
+}
 
 // The symbol -> device layer table (the device twin of branch.cpp's make_branch). Symbols whose
 // device layer is not written yet are refused by name before anything runs.
@@ -342,9 +341,9 @@ std::unique_ptr<DevBranch<D, T>> make_dev_branch(char symbol, const ModelConfig&
     case 'W': return std::make_unique<AttnBranchD<D, T>>(cfg, p, pre, cfg.window);
     case '-': return std::make_unique<MlpBranchD<D, T>>(cfg, p, pre);
     case 'E': return std::make_unique<MoeBranchD<D, T>>(cfg, p, pre, loss_scale);
-    case 'M': return std::make_unique<Mamba2BranchD<D, T>>(cfg, p, pre);
-    case '+': return std::make_unique<MlaBranchD<D, T>>(cfg, p, pre);
-    case 'G': return std::make_unique<GdnBranchD<D, T>>(cfg, p, pre);
+    case 'M':
+    case 'G':
+    case '+': return make_mixer_branch<D, T>(symbol, cfg, p, pre);
     default:
       throw EngineError(ErrorCode::Unsupported, std::string("layer symbol '") + symbol +
                                                     "' has no CUDA layer yet (the device model runs M G * W + - E)");

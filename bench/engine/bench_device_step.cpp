@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include "bench_common.hpp"
 #include "ht/engine/checkpoint.hpp"
 #include "ht/engine/cuda/device_model.hpp"
 #include "ht/engine/data.hpp"
@@ -64,19 +65,6 @@ ModelConfig scaled_config(int c) {
   m.gdn_num_v_heads = m.gdn_num_heads;
   m.gdn_conv_kernel = 4;
   return m;
-}
-
-template <class F>
-double fastest_ms(int reps, F&& f) {
-  f();
-  double best = 0;
-  for (int i = 0; i < reps; ++i) {
-    const auto t0 = Clock::now();
-    f();
-    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    best = i == 0 ? ms : std::min(best, ms);
-  }
-  return best;
 }
 
 int usage() {
@@ -136,17 +124,7 @@ int main(int argc, char** argv) try {
   if (torch) {
     const std::string cmd = "OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 " + python + " '" + HT_TORCH_STEP_SCRIPT + "' '" +
                             dir.string() + "' " + std::to_string(steps) + " 1 " + (gpu ? "cuda" : "cpu");
-    std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
-    std::string text;
-    if (pipe) {
-      char buf[4096];
-      while (std::fgets(buf, sizeof buf, pipe.get())) text += buf;
-    }
-    try {
-      ref = nlohmann::json::parse(text);
-    } catch (const std::exception&) {
-      std::cerr << "PyTorch peer unavailable (" << cmd << " printed no JSON)\n";
-    }
+    ref = ht::bench::run_json_command(cmd);
     std::filesystem::remove_all(dir);
   }
   auto dm = gpu ? cuda::make_cuda_device_model(model) : cuda::make_host_device_model(model);
@@ -162,9 +140,9 @@ int main(int argc, char** argv) try {
   const double f0 = dm->gemm_flops();
   fwdbwd();
   const double step_flops = dm->gemm_flops() - f0;
-  const double fwdbwd_ms = fastest_ms(steps, fwdbwd);
+  const double fwdbwd_ms = ht::bench::fastest_ms(steps, fwdbwd);
   AdamWState<float> state;
-  const double step_ms = fastest_ms(steps, [&] {
+  const double step_ms = ht::bench::fastest_ms(steps, [&] {
     fwdbwd();
     dm->adamw_step(AdamWConfig{}, state);
     dm->synchronize();

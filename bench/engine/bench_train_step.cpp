@@ -30,6 +30,7 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include "bench_common.hpp"
 #include "ht/engine/branch.hpp"
 #include "ht/engine/checkpoint.hpp"
 #include "ht/engine/cpu/gemm.hpp"
@@ -71,21 +72,6 @@ double peak_rss_mib() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   return static_cast<double>(ru.ru_maxrss) / 1024.0;
-}
-
-// Fastest of `reps` timed calls after one warm-up call: on a shared machine other load only ever
-// adds time, so the minimum is the steadiest estimate (torch_train_step.py does the same).
-template <class F>
-double time_ms(int reps, F&& f) {
-  f();
-  double best = 0;
-  for (int i = 0; i < reps; ++i) {
-    const auto t0 = Clock::now();
-    f();
-    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    best = i == 0 ? ms : std::min(best, ms);
-  }
-  return best;
 }
 
 }  // namespace
@@ -150,20 +136,7 @@ int main(int argc, char** argv) {
   const std::string cmd = "OPENBLAS_NUM_THREADS=" + std::to_string(kThreads) + " OMP_NUM_THREADS=" +
                           std::to_string(kThreads) + " " + python + " '" + HT_TORCH_STEP_SCRIPT + "' '" +
                           dir.string() + "' " + std::to_string(steps) + " " + std::to_string(kThreads);
-  auto run_torch = [&]() -> nlohmann::json {
-    std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
-    std::string text;
-    if (pipe) {
-      char buf[4096];
-      while (std::fgets(buf, sizeof buf, pipe.get())) text += buf;
-    }
-    try {
-      return nlohmann::json::parse(text);
-    } catch (const std::exception&) {
-      std::cerr << "PyTorch reference unavailable (" << cmd << " printed no JSON)\n";
-      return {};
-    }
-  };
+  auto run_torch = [&] { return ht::bench::run_json_command(cmd); };
 
   // Rounds alternate the two sides (engine, PyTorch, engine, ...) and each figure keeps its
   // fastest round, so a burst of load from elsewhere hits both sides alike.
@@ -172,13 +145,13 @@ int main(int argc, char** argv) {
   nlohmann::json ref;
   auto keep_min = [](double& best, double v, bool first) { best = first ? v : std::min(best, v); };
   for (int round = 0; round < rounds; ++round) {
-    keep_min(step_ms, time_ms(steps, engine_step), round == 0);
+    keep_min(step_ms, ht::bench::fastest_ms(steps, engine_step), round == 0);
     // Per layer type: the residual branch alone, forward + backward on (B, T, C).
     for (char sym : std::string("M*G-E")) {
       Rng lr(7);
       auto branch = make_branch<float>(sym, cfg, lr, 1.f);
       Tensor<float> out, dx(x.shape);
-      keep_min(layer_ms[sym], time_ms(steps, [&] {
+      keep_min(layer_ms[sym], ht::bench::fastest_ms(steps, [&] {
                  branch->forward(x, out);
                  branch->backward(x, dout, dx);
                }),

@@ -1,13 +1,7 @@
 # `train --backend cuda-host --trace` (the CUDA code path on the host emulation): the traced step
 # is written as the one-rank sequential plan's nodes, `calibrate` fits a duration for every
 # compute node type of that plan from it, and the calibrated twin predicts an EP 2 overlapped step.
-function(run_json out)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE o ERROR_VARIABLE e)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "exit ${rc}: ${ARGN}\n${e}")
-  endif()
-  set(${out} "${o}" PARENT_SCOPE)
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/run_json.cmake)
 set(trace ${WORK}/device-trace.json)
 file(REMOVE ${trace})
 run_json(run ${BIN} train --backend cuda-host --pattern "M[*E]-G" --steps 3 --batch 2 --seq 16 --trace ${trace} --json --quiet)

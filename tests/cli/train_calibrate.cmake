@@ -4,13 +4,7 @@
 # calibrated twin must predict a step time for the overlapped schedule.
 set(model --hidden 32 --experts 4 --topk 2 --moe-ffn 32 --ffn 32 --heads 2 --kv-heads 1 --head-dim 16
           --mamba-heads 2 --mamba-head-dim 16 --mamba-state 8 --batch 2 --seq 16 --steps 3 --quiet --json)
-function(run_json out)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE o ERROR_VARIABLE e)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "exit ${rc}: ${ARGN}\n${e}")
-  endif()
-  set(${out} "${o}" PARENT_SCOPE)
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/run_json.cmake)
 set(trace ${WORK}/seq-trace.json)
 run_json(seq ${BIN} train --pattern "M[*E][*E]" --ep 2 --microbatches 4 --no-overlap --trace ${trace} ${model})
 run_json(ovl ${BIN} train --pattern "M[*E][*E]" --ep 2 --microbatches 4 --overlap --delay-wgrad ${model})

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "ht/engine/config.hpp"
+#include "ht/engine/cuda/dev/conv.hpp"
 #include "ht/engine/cuda/dev/host.hpp"
 #include "ht/engine/layers/gdn.hpp"
 #include "ht/engine/math.hpp"
@@ -130,22 +131,7 @@ void gdn_forward(const ModelConfig& cfg, const GdnW<T>& w, const T* inp, T* out,
   T* gated = cache.gated.get();
 
   D::gemm(proj, inp, w.in_proj, static_cast<int>(nr), in, c, false, true, false);
-  // One thread per (token, conv channel); taps before the sequence start are skipped (causal pad).
-  const T* cw = w.conv_weight;
-  D::launch(nr * ch, [=] HT_HD(long i) {
-    const long r = i / ch;
-    const int cc = static_cast<int>(i % ch);
-    const long row0 = r - r % dm.t;
-    const int tt = static_cast<int>(r % dm.t);
-    T acc = T(0);
-    for (int k = 0; k < dm.k; ++k) {
-      const int ts = tt - (dm.k - 1) + k;
-      if (ts < 0) continue;
-      acc += cw[cc * dm.k + k] * proj[(row0 + ts) * in + cc];
-    }
-    pre[i] = acc;
-    qkv[i] = math::silu(acc);
-  });
+  causal_conv_silu_forward<D, T>(pre, qkv, proj, in, w.conv_weight, static_cast<const T*>(nullptr), nr, dm.t, ch, dm.k);
   // One thread per (token, q/k head, q or k): l2 norm of one head vector.
   const T l2eps = static_cast<T>(GdnDims::l2_eps);
   D::launch(nr * hk * 2, [=] HT_HD(long i) {
@@ -408,35 +394,9 @@ void gdn_backward(const ModelConfig& cfg, const GdnW<T>& w, const GdnCacheD<D, T
     T* dst = dqkv + r * ch + which * kd + h * dm.dk;
     for (int j = 0; j < dm.dk; ++j) dst[j] += rn * (dxn[j] - xn[j] * dot);
   });
-  // forward: qkv = silu(qkv_pre)
-  Buf<D, T> dpre_buf(static_cast<std::size_t>(nr) * ch);
-  T* dpre = dpre_buf.get();
-  D::launch(nr * ch, [=] HT_HD(long i) { dpre[i] = dqkv[i] * math::silu_grad(pre[i]); });
-  // forward: qkv_pre = causal_conv(proj[q|k|v]). Input (token ts, channel) gathers from outputs
-  // ts..ts+K-1, increasing: the CPU's scatter order.
-  const T* cw = w.conv_weight;
-  D::launch(nr * ch, [=] HT_HD(long i) {
-    const long r = i / ch;
-    const int cc = static_cast<int>(i % ch);
-    const long row0 = r - r % dm.t;
-    const int ts = static_cast<int>(r % dm.t);
-    T acc = dproj[r * in + cc];
-    for (int tt = ts; tt < dm.t && tt <= ts + dm.k - 1; ++tt)
-      acc += cw[cc * dm.k + (ts - tt + dm.k - 1)] * dpre[(row0 + tt) * ch + cc];
-    dproj[r * in + cc] = acc;
-  });
-  T* gcw = grads.conv_weight;
-  D::launch(static_cast<long>(ch) * dm.k, [=] HT_HD(long i) {
-    const int cc = static_cast<int>(i / dm.k);
-    const int k = static_cast<int>(i % dm.k);
-    T acc = gcw[i];
-    for (long r = 0; r < nr; ++r) {
-      const int ts = static_cast<int>(r % dm.t) - (dm.k - 1) + k;
-      if (ts < 0) continue;
-      acc += dpre[r * ch + cc] * proj[(r - r % dm.t + ts) * in + cc];
-    }
-    gcw[i] = acc;
-  });
+  // forward: qkv = silu(causal_conv(proj[q|k|v]))
+  causal_conv_silu_backward<D, T>(dproj, in, grads.conv_weight, static_cast<T*>(nullptr), dqkv, pre, proj, w.conv_weight,
+                                  nr, dm.t, ch, dm.k);
   // forward: proj = inp W_in^T
   D::gemm(dinp, dproj, w.in_proj, static_cast<int>(nr), c, in, false, false, true);
   D::gemm(grads.in_proj, dproj, inp, in, c, static_cast<int>(nr), true, false, true);

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "ht/engine/config.hpp"
+#include "ht/engine/cuda/dev/conv.hpp"
 #include "ht/engine/cuda/dev/host.hpp"
 #include "ht/engine/layers/mamba2.hpp"
 #include "ht/engine/math.hpp"
@@ -119,23 +120,7 @@ void mamba2_forward(const ModelConfig& cfg, const Mamba2W<T>& w, const T* inp, T
   T *y = cache.y.get(), *rstd = cache.rstd.get(), *normed = cache.normed.get();
 
   D::gemm(zx, inp, w.in_proj, static_cast<int>(nr), in, c, false, true, false);
-  // One thread per (token, conv channel); taps before the sequence start are skipped (causal pad).
-  const T* cw = w.conv_weight;
-  const T* cb = w.conv_bias;
-  D::launch(nr * ch, [=] HT_HD(long i) {
-    const long r = i / ch;
-    const int cc = static_cast<int>(i % ch);
-    const long row0 = r - r % dm.t;
-    const int tt = static_cast<int>(r % dm.t);
-    T acc = cb[cc];
-    for (int k = 0; k < dm.k; ++k) {
-      const int ts = tt - (dm.k - 1) + k;
-      if (ts < 0) continue;
-      acc += cw[cc * dm.k + k] * zx[(row0 + ts) * in + di + cc];
-    }
-    pre[i] = acc;
-    xbc[i] = math::silu(acc);
-  });
+  causal_conv_silu_forward<D, T>(pre, xbc, zx + di, in, w.conv_weight, w.conv_bias, nr, dm.t, ch, dm.k);
   const T* dtb = w.dt_bias;
   D::launch(nr * nh, [=] HT_HD(long i) {
     const long r = i / nh;
@@ -367,41 +352,9 @@ void mamba2_backward(const ModelConfig& cfg, const Mamba2W<T>& w, const Mamba2Ca
     gdtb[hh] = acc;
   });
   // forward: xbc = silu(xbc_pre)
-  Buf<D, T> dpre_buf(static_cast<std::size_t>(nr) * ch);
-  T* dpre = dpre_buf.get();
-  D::launch(nr * ch, [=] HT_HD(long i) { dpre[i] = dxbc[i] * math::silu_grad(pre[i]); });
-  // forward: xbc_pre = causal_conv(zxbcdt[xBC]) + conv_bias. Input (token ts, channel) gathers from
-  // outputs ts..ts+K-1, increasing: the CPU's scatter order.
-  const T* cw = w.conv_weight;
-  D::launch(nr * ch, [=] HT_HD(long i) {
-    const long r = i / ch;
-    const int cc = static_cast<int>(i % ch);
-    const long row0 = r - r % dm.t;
-    const int ts = static_cast<int>(r % dm.t);
-    T& d = dz[r * in + di + cc];
-    T acc = d;
-    for (int tt = ts; tt < dm.t && tt <= ts + dm.k - 1; ++tt)
-      acc += cw[cc * dm.k + (ts - tt + dm.k - 1)] * dpre[(row0 + tt) * ch + cc];
-    d = acc;
-  });
-  T* gcw = grads.conv_weight;
-  D::launch(static_cast<long>(ch) * dm.k, [=] HT_HD(long i) {
-    const int cc = static_cast<int>(i / dm.k);
-    const int k = static_cast<int>(i % dm.k);
-    T acc = gcw[i];
-    for (long r = 0; r < nr; ++r) {
-      const int ts = static_cast<int>(r % dm.t) - (dm.k - 1) + k;
-      if (ts < 0) continue;
-      acc += dpre[r * ch + cc] * zx[(r - r % dm.t + ts) * in + di + cc];
-    }
-    gcw[i] = acc;
-  });
-  T* gcb = grads.conv_bias;
-  D::launch(ch, [=] HT_HD(long cc) {
-    T acc = gcb[cc];
-    for (long r = 0; r < nr; ++r) acc += dpre[r * ch + cc];
-    gcb[cc] = acc;
-  });
+  // forward: xbc = silu(causal_conv(zxbcdt[xBC]) + conv_bias)
+  causal_conv_silu_backward<D, T>(dz + di, in, grads.conv_weight, grads.conv_bias, dxbc, pre, zx + di, w.conv_weight, nr,
+                                  dm.t, ch, dm.k);
   // forward: zxbcdt = inp W_in^T
   D::gemm(dinp, dz, w.in_proj, static_cast<int>(nr), c, in, false, false, true);
   D::gemm(grads.in_proj, dz, inp, in, c, static_cast<int>(nr), true, false, true);

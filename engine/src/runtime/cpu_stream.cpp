@@ -140,18 +140,21 @@ void CpuStream::run() {
     } else if (!failed) {
       const bool labelled = recorder_ && !item.label.name.empty();
       if (labelled) current_span_args = &item.label.args;
+      // The wall interval encloses the CPU one, so a span's cpu_us never exceeds its duration
+      // by more than the clocks' granularity.
+      const auto start = TraceRecorder::Clock::now();
       const double cpu_start = labelled ? thread_cpu_seconds() : 0;
       current_span_cpu_start = cpu_start;
-      const auto start = TraceRecorder::Clock::now();
       try {
         item.work();
       } catch (...) {
         fail(std::current_exception());
       }
+      const double cpu_end = labelled ? thread_cpu_seconds() : 0;
       const auto end = TraceRecorder::Clock::now();
       current_span_args = nullptr;
       if (labelled) {
-        item.label.args["cpu_us"] = microseconds_text(thread_cpu_seconds() - cpu_start);
+        item.label.args["cpu_us"] = microseconds_text(cpu_end - cpu_start);
         traces::Span span;
         span.name = std::move(item.label.name);
         span.category = std::move(item.label.category);

@@ -37,13 +37,18 @@ schedule::Plan ep_plan(const patterns::ParsedPattern& p, const ModelConfig& cfg,
   return schedule::build_plan(p, schedule_dims(cfg, batch, seq), pc, so);
 }
 
-OwnedDiff compare_owned(Executor& a, Executor& b, bool grads) {
+Owned owned(Executor& e) {
+  return {e.ranks(), [&e](int r) { return e.parameters(r); },
+          [&e](int r, const std::string& name) { return e.owns(r, name); }};
+}
+
+OwnedDiff compare_owned(const Owned& a, const Owned& b, bool grads) {
   OwnedDiff d;
   std::map<std::string, ParamRef<float>> owner_in_b;
-  for (int q = 0; q < b.ranks(); ++q)
+  for (int q = 0; q < b.ranks; ++q)
     for (auto& p : b.parameters(q))
       if (b.owns(q, p.canonical)) owner_in_b.emplace(p.canonical, p);
-  for (int r = 0; r < a.ranks(); ++r)
+  for (int r = 0; r < a.ranks; ++r)
     for (auto& p : a.parameters(r)) {
       if (!a.owns(r, p.canonical)) continue;
       const auto it = owner_in_b.find(p.canonical);

@@ -1054,6 +1054,28 @@ bool Executor::owns(int rank, const std::string& canonical) const {
   return std::stoi(canonical.substr(pos + tag.size())) / im.local_experts == im.at(rank).ep_rank;
 }
 
+double check_step_batches(const std::vector<std::vector<Batch>>& batches, int ranks, int microbatches, int vocab,
+                          const std::string& who) {
+  if (static_cast<int>(batches.size()) != ranks)
+    throw EngineError(ErrorCode::BadInput, who + ": need batches for " + std::to_string(ranks) + " data-parallel ranks");
+  double tokens = 0;
+  for (const auto& rb : batches) {
+    if (static_cast<int>(rb.size()) != microbatches)
+      throw EngineError(ErrorCode::BadInput, who + ": need " + std::to_string(microbatches) + " microbatches per rank");
+    for (const auto& b : rb) {
+      if (b.tokens.rank() != 2 || b.tokens.shape != b.targets.shape)
+        throw EngineError(ErrorCode::BadInput, "batch tokens and targets must both be (B, T)");
+      for (const auto* ids : {&b.tokens.data, &b.targets.data})
+        for (int id : *ids)
+          if (id < 0 || id >= vocab)
+            throw EngineError(ErrorCode::BadInput,
+                              std::string(ids == &b.tokens.data ? "token" : "target") + " id outside the vocabulary");
+      tokens += static_cast<double>(b.tokens.size());
+    }
+  }
+  return tokens;
+}
+
 void Executor::zero_grad() {
   for (int r = 0; r < impl_->nranks; ++r)
     for (auto& p : parameters(r)) p.grad->zero();
@@ -1063,22 +1085,7 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
   auto& im = *impl_;
   const int mbs = im.plan.microbatches, dp = im.plan.dp, pp = im.plan.pp, vpp = im.plan.vpp;
   const int n_layers = static_cast<int>(im.stages.layer_stage.size());
-  if (static_cast<int>(batches.size()) != dp)
-    throw EngineError(ErrorCode::BadInput, "executor: need batches for " + std::to_string(dp) + " data-parallel ranks");
-  double tokens = 0;
-  for (const auto& rb : batches) {
-    if (static_cast<int>(rb.size()) != mbs)
-      throw EngineError(ErrorCode::BadInput, "executor: need " + std::to_string(mbs) + " microbatches per rank");
-    for (const auto& b : rb) {
-      if (b.tokens.rank() != 2 || b.tokens.shape != b.targets.shape)
-        throw EngineError(ErrorCode::BadInput, "batch tokens and targets must both be (B, T)");
-      for (int id : b.tokens.data)
-        if (id < 0 || id >= im.cfg.vocab_size) throw EngineError(ErrorCode::BadInput, "token id outside the vocabulary");
-      for (int id : b.targets.data)
-        if (id < 0 || id >= im.cfg.vocab_size) throw EngineError(ErrorCode::BadInput, "target id outside the vocabulary");
-      tokens += static_cast<double>(b.tokens.size());
-    }
-  }
+  const double tokens = check_step_batches(batches, dp, mbs, im.cfg.vocab_size, "executor");
   const float weight = static_cast<float>(1.0 / tokens);
   // MTP depth d: mtp_loss_scaling / depths over the step's valid positions (those with a token
   // d + 1 ahead), in HybridModel's float arithmetic, so one rank with one microbatch gives its

@@ -48,8 +48,9 @@ ModelDims tiny_model();
 
 // One integer field of ModelDims, for JSON and command-line flags without repeating the list.
 struct ModelField {
+  using Member = int ModelDims::*;  // (an alias: nvcc's host pass misreads the bare declarator)
   std::string_view name;    // JSON key and flag name ("hidden" -> --hidden)
-  int ModelDims::*member;
+  Member member;
   int min;                  // smallest legal value
   std::string_view help;
 };

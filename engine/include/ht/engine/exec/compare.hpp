@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,16 @@ struct OwnedDiff {
   std::string first_differing;
   std::string missing;
 };
-OwnedDiff compare_owned(Executor& a, Executor& b, bool grads);
+// What compare_owned reads of a run: its ranks, the parameters each holds (values and gradients
+// on the host), and whether a rank owns a name. The CPU executor and the device executor
+// (engine/cuda/device_executor.hpp) both give one.
+struct Owned {
+  int ranks = 0;
+  std::function<std::vector<ParamRef<float>>(int)> parameters;
+  std::function<bool(int, const std::string&)> owns;
+};
+Owned owned(Executor& e);
+OwnedDiff compare_owned(const Owned& a, const Owned& b, bool grads);
+inline OwnedDiff compare_owned(Executor& a, Executor& b, bool grads) { return compare_owned(owned(a), owned(b), grads); }
 
 }  // namespace ht::engine::exec

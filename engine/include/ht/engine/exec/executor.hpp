@@ -68,6 +68,12 @@ struct StepResult {
   traces::Timeline timeline;
 };
 
+// Checks one step's batches, batches[rank][microbatch]: `ranks` x `microbatches` of them, tokens
+// and targets both (B, T) with ids in [0, vocab). Returns the step's token count; throws
+// EngineError(BadInput) with `who` ("executor", "device executor") in the message.
+double check_step_batches(const std::vector<std::vector<Batch>>& batches, int ranks, int microbatches, int vocab,
+                          const std::string& who);
+
 // Schedule dims that describe `cfg` for a batch of (micro_batch, seq_len) sequences, so
 // build_plan produces a plan whose costs match the engine's model.
 schedule::ModelDims schedule_dims(const ModelConfig& cfg, int micro_batch, int seq_len);

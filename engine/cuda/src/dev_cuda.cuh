@@ -1,6 +1,7 @@
 // The CUDA device policy of the CUDA layers (dev/*.hpp; the host emulation is dev/host.hpp): device
-// memory, cuBLAS GEMMs and one kernel per launch, all on one stream of one context, so every
-// operation is ordered after the previous one. upload/download return when the copy is done.
+// memory, cuBLAS GEMMs and one kernel per launch, on the current stream of one context (stream 0
+// unless the device executor selects others), so every operation is ordered after the previous
+// one of its stream. upload/download return when the copy is done.
 // nvcc only (compiled with --extended-lambda for the layers' `[=] HT_HD (long i)` lambdas).
 #pragma once
 
@@ -46,18 +47,27 @@ __global__ inline void sum_partials(double* out, const double* partial, double a
   *out = acc;
 }
 
-// One stream, one cuBLAS handle (pedantic FP32), one workspace and a block cache: created on first
-// use, kept for the process (the driver tears them down at exit).
+// Streams, each with its own cuBLAS handle (pedantic FP32) and workspace, and a block cache per
+// stream: created on first use, kept for the process (the driver tears them down at exit). Stream
+// 0 is the default for everything; the device executor (dev/executor.hpp) selects one per rank
+// and one for the ranks' exchanges with Cuda::set_stream and orders them with events.
 //
 // The cache keeps freed blocks by size and hands them out again instead of cudaMalloc/cudaFree:
 // cudaFree waits for the whole device, which would serialise every layer's scratch buffers with
-// the host. Reuse is safe because everything runs on the one stream: work queued before a block
-// was released finishes before work queued after it was handed out again.
-struct CudaContext {
+// the host. A block goes back to the free list of the stream that is current when it is released
+// and is handed out only on that stream: work queued there before the release finishes before
+// work queued after it was handed out again. (A buffer used on several streams is released only
+// after those streams were ordered by events, or after a device-wide synchronisation.)
+struct CudaStream {
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
   void* workspace = nullptr;
   std::multimap<std::size_t, void*> free_blocks;  // rounded size -> block
+};
+
+struct CudaContext {
+  std::vector<CudaStream> streams;
+  int current = 0;
   std::vector<cudaEvent_t> free_events;
   std::map<void*, std::size_t> block_size;
   double gemm_flops = 0;  // 2 m n k of every GEMM issued (benchmarks read it)
@@ -67,8 +77,24 @@ struct CudaContext {
     const std::size_t q = bytes < (std::size_t{1} << 20) ? 512 : (std::size_t{1} << 20);
     return (bytes + q - 1) / q * q;
   }
+  CudaStream& at(int id) {
+    while (static_cast<int>(streams.size()) <= id) {
+      CudaStream s;
+      cuda::check(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+      cuda::check(cublasCreate(&s.blas), "cublasCreate");
+      cuda::check(cublasSetStream(s.blas, s.stream), "cublasSetStream");
+      cuda::check(cublasSetMathMode(s.blas, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
+      cuda::check(cudaMalloc(&s.workspace, kWorkspaceBytes), "cudaMalloc(workspace)");
+      cuda::check(cublasSetWorkspace(s.blas, s.workspace, kWorkspaceBytes), "cublasSetWorkspace");
+      streams.push_back(s);
+    }
+    return streams[static_cast<std::size_t>(id)];
+  }
+  CudaStream& cur() { return at(current); }
+  cudaStream_t stream() { return cur().stream; }
   void* take(std::size_t bytes) {
     const std::size_t r = rounded(bytes);
+    auto& free_blocks = cur().free_blocks;
     const auto it = free_blocks.find(r);
     if (it != free_blocks.end()) {
       void* p = it->second;
@@ -76,7 +102,7 @@ struct CudaContext {
       return p;
     }
     void* p = nullptr;
-    if (cudaMalloc(&p, r) != cudaSuccess) {  // out of memory: give the cache back and try once more
+    if (cudaMalloc(&p, r) != cudaSuccess) {  // out of memory: give the caches back and try once more
       cudaGetLastError();
       trim();
       cuda::check(cudaMalloc(&p, r), "cudaMalloc");
@@ -84,25 +110,24 @@ struct CudaContext {
     block_size[p] = r;
     return p;
   }
-  void give(void* p) { free_blocks.emplace(block_size.at(p), p); }
+  void give(void* p) { cur().free_blocks.emplace(block_size.at(p), p); }
+  // Frees every cached block; waits for the device first, as blocks of other streams may be in use.
   void trim() {
-    for (auto& [size, p] : free_blocks) {
-      cudaFree(p);
-      block_size.erase(p);
+    cudaDeviceSynchronize();
+    for (auto& s : streams) {
+      for (auto& [size, p] : s.free_blocks) {
+        cudaFree(p);
+        block_size.erase(p);
+      }
+      s.free_blocks.clear();
     }
-    free_blocks.clear();
   }
 
   static CudaContext& get() {
     static CudaContext* ctx = [] {
       auto* c = new CudaContext;
       cuda::check(cudaSetDevice(0), "cudaSetDevice");
-      cuda::check(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate");
-      cuda::check(cublasCreate(&c->blas), "cublasCreate");
-      cuda::check(cublasSetStream(c->blas, c->stream), "cublasSetStream");
-      cuda::check(cublasSetMathMode(c->blas, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
-      cuda::check(cudaMalloc(&c->workspace, kWorkspaceBytes), "cudaMalloc(workspace)");
-      cuda::check(cublasSetWorkspace(c->blas, c->workspace, kWorkspaceBytes), "cublasSetWorkspace");
+      c->at(0);
       return c;
     }();
     return *ctx;
@@ -120,11 +145,11 @@ struct Cuda {
     if (p) CudaContext::get().give(p);
   }
   template <class T> static void fill_zero(T* p, std::size_t n) {
-    if (n) cuda::check(cudaMemsetAsync(p, 0, n * sizeof(T), CudaContext::get().stream), "cudaMemsetAsync");
+    if (n) cuda::check(cudaMemsetAsync(p, 0, n * sizeof(T), CudaContext::get().stream()), "cudaMemsetAsync");
   }
   template <class T> static void copy(T* dst, const T* src, std::size_t n) {
     if (n)
-      cuda::check(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToDevice, CudaContext::get().stream),
+      cuda::check(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToDevice, CudaContext::get().stream()),
                   "cudaMemcpyAsync(D2D)");
   }
   template <class T> static void upload(T* dst, const T* host, std::size_t n) { transfer(dst, host, n, cudaMemcpyHostToDevice); }
@@ -133,14 +158,14 @@ struct Cuda {
   static void gemm(T* out, const T* a, const T* b, int m, int n, int k, bool trans_a, bool trans_b, bool accumulate) {
     CudaContext& c = CudaContext::get();
     c.gemm_flops += 2.0 * m * n * k;
-    cuda::gemm_rowmajor<T>(c.blas, c.stream, out, a, b, m, n, k, trans_a, trans_b, accumulate);
+    cuda::gemm_rowmajor<T>(c.cur().blas, c.stream(), out, a, b, m, n, k, trans_a, trans_b, accumulate);
   }
   template <class T> static double sumsq_acc(double acc, const T* x, std::size_t n) {
     if (n == 0) return acc;
     CudaContext& c = CudaContext::get();
     auto* partial = static_cast<double*>(c.take(sizeof(double) * (kSumBlocks + 1)));
-    sumsq_blocks<T><<<kSumBlocks, kSumThreads, 0, c.stream>>>(partial, x, n);
-    sum_partials<<<1, 1, 0, c.stream>>>(partial + kSumBlocks, partial, acc);
+    sumsq_blocks<T><<<kSumBlocks, kSumThreads, 0, c.stream()>>>(partial, x, n);
+    sum_partials<<<1, 1, 0, c.stream()>>>(partial + kSumBlocks, partial, acc);
     cuda::check(cudaGetLastError(), "sumsq");
     double out = 0;
     transfer(&out, partial + kSumBlocks, 1, cudaMemcpyDeviceToHost);
@@ -158,7 +183,7 @@ struct Cuda {
     } else {
       cuda::check(cudaEventCreate(&e), "cudaEventCreate");
     }
-    cuda::check(cudaEventRecord(e, c.stream), "cudaEventRecord");
+    cuda::check(cudaEventRecord(e, c.stream()), "cudaEventRecord");
     return e;
   }
   static double seconds(Event from, Event to) {
@@ -168,7 +193,13 @@ struct Cuda {
     return static_cast<double>(ms) * 1e-3;
   }
   static void release_event(Event e) { CudaContext::get().free_events.push_back(e); }
-  static void synchronize() { cuda::check(cudaStreamSynchronize(CudaContext::get().stream), "cudaStreamSynchronize"); }
+  // Streams: everything after set_stream(id) is queued on stream id (created on first use); wait(e)
+  // orders the current stream after the event e of any stream.
+  static void set_stream(int id) { CudaContext::get().current = id; }
+  static int stream_id() { return CudaContext::get().current; }
+  static void wait(Event e) { cuda::check(cudaStreamWaitEvent(CudaContext::get().stream(), e, 0), "cudaStreamWaitEvent"); }
+  static void synchronize_all() { cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+  static void synchronize() { cuda::check(cudaStreamSynchronize(CudaContext::get().stream()), "cudaStreamSynchronize"); }
   static double gemm_flops_total() { return CudaContext::get().gemm_flops; }
   template <class F> static void launch(long n, F f) {
     if (n <= 0) return;
@@ -176,7 +207,7 @@ struct Cuda {
     // so they spread over all SMs instead of filling a few. Same threads, same work: same bits.
     const int threads = n < 132L * kThreads ? 32 : kThreads;
     const long blocks = (n + threads - 1) / threads;
-    launch_kernel<<<static_cast<unsigned>(blocks), threads, 0, CudaContext::get().stream>>>(n, f);
+    launch_kernel<<<static_cast<unsigned>(blocks), threads, 0, CudaContext::get().stream()>>>(n, f);
     cuda::check(cudaGetLastError(), "kernel launch");
   }
 
@@ -184,7 +215,7 @@ struct Cuda {
   template <class T>
   static void transfer(T* dst, const T* src, std::size_t n, cudaMemcpyKind kind) {
     if (n == 0) return;
-    const cudaStream_t s = CudaContext::get().stream;
+    const cudaStream_t s = CudaContext::get().stream();
     cuda::check(cudaMemcpyAsync(dst, src, n * sizeof(T), kind, s), "cudaMemcpyAsync");
     cuda::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
   }

@@ -62,6 +62,14 @@ struct Host {
   }
   static double seconds(Event from, Event to) { return to - from; }
   static void release_event(Event) {}
+  // Streams (the device executor runs each rank on its own and the exchanges on another): the
+  // host runs every operation when it is issued, so it is ordered after everything issued before
+  // it on any stream, and selecting or waiting is nothing to do.
+  static void set_stream(int id) { stream = id; }
+  static int stream_id() { return stream; }
+  static void wait(Event) {}
+  static void synchronize_all() {}
+  static inline int stream = 0;
   // acc + sum of x[i]^2 in float64, continuing one running sum (the CPU's global_grad_norm order).
   template <class T> static double sumsq_acc(double acc, const T* x, std::size_t n) {
     for (std::size_t i = 0; i < n; ++i) acc += static_cast<double>(x[i]) * static_cast<double>(x[i]);

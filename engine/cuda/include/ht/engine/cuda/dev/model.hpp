@@ -58,12 +58,43 @@ class DevParams {
     for (std::size_t i = 0; i < refs_.size(); ++i) {
       index_[refs_[i].canonical] = i;
       values_.push_back(upload<D>(refs_[i].value->ptr(), refs_[i].value->size()));
+      wptr_.push_back(values_.back().get());
       Buf<D, T> g;
       g.assign_zero(refs_[i].grad->size());
       grads_.push_back(std::move(g));
     }
   }
-  const T* w(const std::string& canonical) const { return values_[at(canonical)].get(); }
+  // Staging (the device executor's per-microbatch gradients): the weights of `weights` (not
+  // copied: its updates are seen here), gradients of their own, zero; add_grads_to() adds them into
+  // `weights`' gradients. Only w, g, has, dim, zero_grad and add_grads_to apply to a staging set.
+  struct Staging {};
+  DevParams(DevParams& weights, Staging) : refs_(weights.refs_), index_(weights.index_), wptr_(weights.wptr_) {
+    for (const auto& g : weights.grads_) {
+      Buf<D, T> s;
+      s.assign_zero(g.size());
+      grads_.push_back(std::move(s));
+    }
+  }
+  // dst.g[i] += g[i] for the parameters `which` (indices), one thread per element.
+  void add_grads_to(DevParams& dst, const std::vector<std::size_t>& which) const {
+    for (const std::size_t i : which) {
+      T* d = dst.grads_[i].get();
+      const T* s = grads_[i].get();
+      D::launch(static_cast<long>(grads_[i].size()), [=] HT_HD(long j) { d[j] += s[j]; });
+    }
+  }
+  // Indices of the parameters whose canonical names start with `prefix` and, when `exclude` is
+  // not empty, do not contain it.
+  std::vector<std::size_t> indices(const std::string& prefix, const std::string& exclude = "") const {
+    std::vector<std::size_t> out;
+    for (std::size_t i = 0; i < refs_.size(); ++i) {
+      const std::string& name = refs_[i].canonical;
+      if (name.rfind(prefix, 0) == 0 && (exclude.empty() || name.find(exclude) == std::string::npos)) out.push_back(i);
+    }
+    return out;
+  }
+  const std::vector<ParamRef<T>>& refs() const { return refs_; }
+  const T* w(const std::string& canonical) const { return wptr_[at(canonical)]; }
   T* g(const std::string& canonical) { return grads_[at(canonical)].get(); }
   int dim(const std::string& canonical, int i) const { return refs_[at(canonical)].value->dim(i); }
   bool has(const std::string& canonical) const { return index_.count(canonical) > 0; }
@@ -74,10 +105,10 @@ class DevParams {
     for (std::size_t i = 0; i < refs_.size(); ++i) D::download(refs_[i].grad->ptr(), grads_[i].get(), grads_[i].size());
   }
   void upload_params() {
-    for (std::size_t i = 0; i < refs_.size(); ++i) D::upload(values_[i].get(), refs_[i].value->ptr(), values_[i].size());
+    for (std::size_t i = 0; i < values_.size(); ++i) D::upload(values_[i].get(), refs_[i].value->ptr(), values_[i].size());
   }
   void download_params() {
-    for (std::size_t i = 0; i < refs_.size(); ++i) D::download(refs_[i].value->ptr(), values_[i].get(), values_[i].size());
+    for (std::size_t i = 0; i < values_.size(); ++i) D::download(refs_[i].value->ptr(), values_[i].get(), values_[i].size());
   }
   std::size_t count() const { return refs_.size(); }
   T* grad_at(std::size_t i) { return grads_[i].get(); }
@@ -159,6 +190,7 @@ class DevParams {
   std::vector<ParamRef<T>> refs_;
   std::map<std::string, std::size_t> index_;
   std::vector<Buf<D, T>> values_, grads_, m_, v_;
+  std::vector<const T*> wptr_;  // the weights: values_, or the weights of the set this one stages for
 };
 
 template <class D, class T>
@@ -202,10 +234,14 @@ class MlpBranchD final : public DevBranch<D, T> {
   SwiGLUCacheD<D, T> cache_;
 };
 
+// 'E'. With a shard (the device executor's expert parallelism) it holds only the rank's experts,
+// and the experts piece runs them on the shard's rows, which the executor exchanges between ranks
+// after route_permute and before combine.
 template <class D, class T>
 class MoeBranchD final : public DevBranch<D, T> {
  public:
-  MoeBranchD(const ModelConfig& cfg, DevParams<D, T>& p, const std::string& pre, T loss_scale)
+  MoeBranchD(const ModelConfig& cfg, DevParams<D, T>& p, const std::string& pre, T loss_scale, int first = 0,
+             int count = -1)
       : cfg_(cfg), scale_(loss_scale) {
     w_.router = p.w(pre + "mlp.router.weight");
     g_.router = p.g(pre + "mlp.router.weight");
@@ -214,33 +250,50 @@ class MoeBranchD final : public DevBranch<D, T> {
       return std::pair{SwiGLUW<T>{p.w(sp + "linear_fc1.weight"), p.w(sp + "linear_fc2.weight"), cfg.hidden, f},
                        SwiGLUGrad<T>{p.g(sp + "linear_fc1.weight"), p.g(sp + "linear_fc2.weight")}};
     };
-    for (int e = 0; e < cfg.num_experts; ++e) {
-      auto [ww, gg] = swiglu(pre + "mlp.experts.local_experts." + std::to_string(e) + ".");
-      w_.experts.push_back(ww);
-      g_.experts.push_back(gg);
-    }
+    sharded_ = count >= 0;
+    if (!sharded_) count = cfg.num_experts;
+    shard_.first = first;
+    shard_.count = count;
+    w_.experts.resize(static_cast<std::size_t>(cfg.num_experts));
+    g_.experts.resize(static_cast<std::size_t>(cfg.num_experts));
+    for (int e = first; e < first + count; ++e)
+      std::tie(w_.experts[static_cast<std::size_t>(e)], g_.experts[static_cast<std::size_t>(e)]) =
+          swiglu(pre + "mlp.experts.local_experts." + std::to_string(e) + ".");
     w_.has_shared = p.has(pre + "mlp.shared_experts.linear_fc1.weight");
     if (w_.has_shared) std::tie(w_.shared, g_.shared) = swiglu(pre + "mlp.shared_experts.");
   }
   void forward(const T* x, T* out, int b, int t) override {
-    moe_forward<D, T>(cfg_, w_, x, out, b * t, cfg_.hidden, cache_, scale_);
+    for (int part = 0; part < 3; ++part) forward_part(part, x, out, b, t);
   }
-  void backward(const T* x, const T* dout, T* dx, int, int) override {
-    moe_backward<D, T>(cfg_, w_, cache_, x, dout, dx, g_, cfg_.hidden, scale_);
+  void backward(const T* x, const T* dout, T* dx, int b, int t) override {
+    for (int part = 0; part < 3; ++part) backward_part(part, x, dout, dx, b, t);
   }
   bool has_parts() const override { return true; }
   void forward_part(int part, const T* x, T* out, int b, int t) override {
-    if (part == 0) moe_route_permute<D, T>(cfg_, w_, x, b * t, cfg_.hidden, cache_, scale_);
-    if (part == 1) moe_experts_forward<D, T>(w_, cfg_.hidden, cache_);
-    if (part == 2) moe_combine_forward<D, T>(w_, out, cfg_.hidden, cache_);
+    const int c = cfg_.hidden;
+    if (part == 0) moe_route_permute<D, T>(cfg_, w_, x, b * t, c, cache_, scale_);
+    if (part == 1 && !sharded_) moe_experts_forward<D, T>(w_, c, cache_);
+    if (part == 1 && sharded_) {
+      shard_.out.assign_zero(static_cast<std::size_t>(shard_.rows()) * c);
+      experts_forward<D, T>(w_, shard_.first, shard_.start, shard_.in.get(), shard_.out.get(), c, shard_.caches);
+    }
+    if (part == 2) moe_combine_forward<D, T>(w_, out, c, cache_);
   }
   void backward_part(int part, const T* x, const T* dout, T* dx, int, int) override {
-    if (part == 0) moe_combine_backward<D, T>(w_, x, dout, dx, g_, cfg_.hidden, cache_);
-    if (part == 1) moe_experts_backward<D, T>(w_, g_, cfg_.hidden, cache_);
-    if (part == 2) moe_route_permute_backward<D, T>(cfg_, w_, x, dx, g_, cfg_.hidden, scale_, cache_);
+    const int c = cfg_.hidden;
+    if (part == 0) moe_combine_backward<D, T>(w_, x, dout, dx, g_, c, cache_);
+    if (part == 1 && !sharded_) moe_experts_backward<D, T>(w_, g_, c, cache_);
+    if (part == 1 && sharded_) {
+      shard_.din.assign_zero(static_cast<std::size_t>(shard_.rows()) * c);
+      experts_backward<D, T>(w_, g_, shard_.first, shard_.start, shard_.in.get(), shard_.dout.get(), shard_.din.get(), c,
+                             shard_.caches);
+    }
+    if (part == 2) moe_route_permute_backward<D, T>(cfg_, w_, x, dx, g_, c, scale_, cache_);
   }
   T aux_loss() const override { return cache_.aux_loss; }
   T z_loss() const override { return cache_.z_loss; }
+  MoeCacheD<D, T>& cache() { return cache_; }
+  MoeShardD<D, T>& shard() { return shard_; }
 
  private:
   ModelConfig cfg_;
@@ -248,6 +301,8 @@ class MoeBranchD final : public DevBranch<D, T> {
   MoeW<T> w_;
   MoeGrad<T> g_;
   MoeCacheD<D, T> cache_;
+  bool sharded_ = false;
+  MoeShardD<D, T> shard_;
 };
 
 // The mixers (Mamba2, GDN, MLA) share one adapter: their forward and backward take the same
@@ -348,6 +403,69 @@ std::unique_ptr<DevBranch<D, T>> make_dev_branch(char symbol, const ModelConfig&
       throw EngineError(ErrorCode::Unsupported, std::string("layer symbol '") + symbol +
                                                     "' has no CUDA layer yet (the device model runs M G * W + - E)");
   }
+}
+
+// One physical layer on the device, h_out = h + branch(rmsnorm(h)) (the CPU's Block), with its
+// per-microbatch buffers: the device model holds one per layer, the device executor one per layer
+// and microbatch in flight.
+template <class D, class T>
+struct DevBlock {
+  char symbol = 0;
+  const T* norm_w = nullptr;
+  T* norm_g = nullptr;
+  std::unique_ptr<DevBranch<D, T>> branch;
+  Buf<D, T> h_in, normed, out, rstd;
+
+  void forward(Buf<D, T>& h, T eps, int b, int t, int c) {
+    const std::size_t nc = h.size();
+    const int n = b * t;
+    h_in.resize(nc);
+    D::copy(h_in.get(), h.get(), nc);
+    normed.resize(nc);
+    out.resize(nc);
+    rstd.resize(static_cast<std::size_t>(n));
+    rmsnorm_forward<D, T>(normed.get(), rstd.get(), h_in.get(), norm_w, n, c, eps);
+    branch->forward(normed.get(), out.get(), b, t);
+    add_inplace<D, T>(h.get(), out.get(), static_cast<long>(nc));
+  }
+  // A MoE block in the three slot pieces of DevBranch::forward_part; in order they are forward().
+  void forward_part(int part, Buf<D, T>& h, T eps, int b, int t, int c) {
+    const std::size_t nc = h.size();
+    if (part == 0) {
+      h_in.resize(nc);
+      D::copy(h_in.get(), h.get(), nc);
+      normed.resize(nc);
+      out.resize(nc);
+      rstd.resize(static_cast<std::size_t>(b) * t);
+      rmsnorm_forward<D, T>(normed.get(), rstd.get(), h_in.get(), norm_w, b * t, c, eps);
+    }
+    branch->forward_part(part, normed.get(), out.get(), b, t);
+    if (part == 2) add_inplace<D, T>(h.get(), out.get(), static_cast<long>(nc));
+  }
+  void backward_part(int part, Buf<D, T>& dh, int b, int t, int c) {
+    if (part == 0) dnormed.assign_zero(dh.size());
+    branch->backward_part(part, normed.get(), dh.get(), dnormed.get(), b, t);
+    if (part == 2) rmsnorm_backward<D, T>(dh.get(), norm_g, dnormed.get(), h_in.get(), norm_w, rstd.get(), b * t, c);
+  }
+  Buf<D, T> dnormed;
+  // dh holds d(h_out) on entry and d(h_in) on return.
+  void backward(Buf<D, T>& dh, int b, int t, int c) {
+    dnormed.assign_zero(dh.size());
+    branch->backward(normed.get(), dh.get(), dnormed.get(), b, t);
+    rmsnorm_backward<D, T>(dh.get(), norm_g, dnormed.get(), h_in.get(), norm_w, rstd.get(), b * t, c);
+  }
+};
+
+template <class D, class T>
+DevBlock<D, T> make_dev_block(char sym, const ModelConfig& cfg, DevParams<D, T>& params, const std::string& pre,
+                              T loss_scale) {
+  DevBlock<D, T> blk;
+  blk.symbol = sym;
+  const std::string norm = pre + prenorm_name(sym);
+  blk.norm_w = params.w(norm);
+  blk.norm_g = params.g(norm);
+  blk.branch = make_dev_branch<D, T>(sym, cfg, params, pre, loss_scale);
+  return blk;
 }
 
 template <class D, class T>
@@ -642,53 +760,7 @@ class DevModel {
   static constexpr const char* kFinalNorm = "decoder.final_norm.weight";
   static constexpr const char* kOut = "output_layer.weight";
 
-  // h_out = h + branch(rmsnorm(h)), the CPU's Block.
-  struct Block {
-    char symbol = 0;
-    const T* norm_w = nullptr;
-    T* norm_g = nullptr;
-    std::unique_ptr<DevBranch<D, T>> branch;
-    Buf<D, T> h_in, normed, out, rstd;
-
-    void forward(Buf<D, T>& h, T eps, int b, int t, int c) {
-      const std::size_t nc = h.size();
-      const int n = b * t;
-      h_in.resize(nc);
-      D::copy(h_in.get(), h.get(), nc);
-      normed.resize(nc);
-      out.resize(nc);
-      rstd.resize(static_cast<std::size_t>(n));
-      rmsnorm_forward<D, T>(normed.get(), rstd.get(), h_in.get(), norm_w, n, c, eps);
-      branch->forward(normed.get(), out.get(), b, t);
-      add_inplace<D, T>(h.get(), out.get(), static_cast<long>(nc));
-    }
-    // A MoE block in the three slot pieces of DevBranch::forward_part; in order they are forward().
-    void forward_part(int part, Buf<D, T>& h, T eps, int b, int t, int c) {
-      const std::size_t nc = h.size();
-      if (part == 0) {
-        h_in.resize(nc);
-        D::copy(h_in.get(), h.get(), nc);
-        normed.resize(nc);
-        out.resize(nc);
-        rstd.resize(static_cast<std::size_t>(b) * t);
-        rmsnorm_forward<D, T>(normed.get(), rstd.get(), h_in.get(), norm_w, b * t, c, eps);
-      }
-      branch->forward_part(part, normed.get(), out.get(), b, t);
-      if (part == 2) add_inplace<D, T>(h.get(), out.get(), static_cast<long>(nc));
-    }
-    void backward_part(int part, Buf<D, T>& dh, int b, int t, int c) {
-      if (part == 0) dnormed.assign_zero(dh.size());
-      branch->backward_part(part, normed.get(), dh.get(), dnormed.get(), b, t);
-      if (part == 2) rmsnorm_backward<D, T>(dh.get(), norm_g, dnormed.get(), h_in.get(), norm_w, rstd.get(), b * t, c);
-    }
-    Buf<D, T> dnormed;
-    // dh holds d(h_out) on entry and d(h_in) on return.
-    void backward(Buf<D, T>& dh, int b, int t, int c) {
-      dnormed.assign_zero(dh.size());
-      branch->backward(normed.get(), dh.get(), dnormed.get(), b, t);
-      rmsnorm_backward<D, T>(dh.get(), norm_g, dnormed.get(), h_in.get(), norm_w, rstd.get(), b * t, c);
-    }
-  };
+  using Block = DevBlock<D, T>;
   struct Depth {
     std::string prefix;
     std::vector<Block> blocks;
@@ -697,13 +769,7 @@ class DevModel {
   };
 
   Block make_block(char sym, const std::string& pre, T loss_scale) {
-    Block blk;
-    blk.symbol = sym;
-    const std::string norm = pre + prenorm_name(sym);
-    blk.norm_w = params_.w(norm);
-    blk.norm_g = params_.g(norm);
-    blk.branch = make_dev_branch<D, T>(sym, host_.config(), params_, pre, loss_scale);
-    return blk;
+    return make_dev_block<D, T>(sym, host_.config(), params_, pre, loss_scale);
   }
   static Buf<D, T> zeros(std::size_t n) {
     Buf<D, T> b;

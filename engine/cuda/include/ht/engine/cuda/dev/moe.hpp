@@ -48,6 +48,21 @@ struct MoeCacheD {
   Buf<D, T> dpo, dw, dpi;  // backward between the pieces: d permuted_out, d combine weights, d permuted_in
 };
 
+// Expert parallelism (dev/executor.hpp): the experts [first, first + count) of one rank and the
+// rows they process from every rank, expert-major with the sources in rank order inside each
+// expert (the CPU executor's EpLayout). The executor's exchanges fill `in` (forward) and `dout`
+// (backward) from the ranks' permuted rows and send `out` and `din` back.
+template <class D, class T>
+struct MoeShardD {
+  int first = 0, count = 0;
+  std::vector<std::vector<int>> counts;  // [source rank][local expert]: rows
+  std::vector<std::vector<int>> offset;  // [source rank][local expert]: first row in the buffers
+  std::vector<int> start;                // [local expert] first row; back() = rows
+  Buf<D, T> in, out, dout, din;          // (rows, C)
+  std::vector<SwiGLUCacheD<D, T>> caches;
+  int rows() const { return start.empty() ? 0 : start.back(); }
+};
+
 // The branch in the pieces of the schedule's slots (reference 3.3): route_permute (pre_dispatch:
 // router, top-k, losses, permutation, gather, and the shared expert), experts (mlp), combine
 // (combine: weighted sum + shared output). moe_forward runs the three in order. x, out (n, C);
@@ -129,16 +144,36 @@ void moe_route_permute(const ModelConfig& cfg, const MoeW<T>& w, const T* x, int
   }
 }
 
+// Experts [first, first + starts.size() - 1) over an expert-major buffer: expert first + j
+// processes rows [starts[j], starts[j + 1]) of in (rows, C) into out. One rank's experts on the
+// rows of all ranks (expert parallelism), or every expert on one rank's permuted rows.
+template <class D, class T>
+void experts_forward(const MoeW<T>& w, int first, const std::vector<int>& starts, const T* in, T* out, int c,
+                     std::vector<SwiGLUCacheD<D, T>>& caches) {
+  const std::size_t count = starts.size() - 1;
+  caches.resize(count);
+  for (std::size_t j = 0; j < count; ++j) {
+    const long lo = static_cast<long>(starts[j]) * c;
+    swiglu_forward<D, T>(out + lo, caches[j], in + lo, starts[j + 1] - starts[j],
+                         w.experts[static_cast<std::size_t>(first) + j]);
+  }
+}
+// din (rows, C) accumulates; the experts' weight gradients accumulate.
+template <class D, class T>
+void experts_backward(const MoeW<T>& w, const MoeGrad<T>& grads, int first, const std::vector<int>& starts, const T* in,
+                      const T* dout, T* din, int c, const std::vector<SwiGLUCacheD<D, T>>& caches) {
+  for (std::size_t j = 0; j + 1 < starts.size(); ++j) {
+    const long lo = static_cast<long>(starts[j]) * c;
+    const std::size_t e = static_cast<std::size_t>(first) + j;
+    swiglu_backward<D, T>(din + lo, grads.experts[e], dout + lo, in + lo, starts[j + 1] - starts[j], w.experts[e],
+                          caches[j]);
+  }
+}
+
 template <class D, class T>
 void moe_experts_forward(const MoeW<T>& w, int c, MoeCacheD<D, T>& cache) {
-  const int e = cache.e;
-  T* pin = cache.permuted_in.get();
-  cache.expert_caches.resize(static_cast<std::size_t>(e));
-  for (int ex = 0; ex < e; ++ex) {
-    const long lo = static_cast<long>(cache.expert_offset[static_cast<std::size_t>(ex)]) * c;
-    swiglu_forward<D, T>(cache.permuted_out.get() + lo, cache.expert_caches[static_cast<std::size_t>(ex)], pin + lo,
-                         cache.tokens_per_expert[static_cast<std::size_t>(ex)], w.experts[static_cast<std::size_t>(ex)]);
-  }
+  experts_forward<D, T>(w, 0, cache.expert_offset, cache.permuted_in.get(), cache.permuted_out.get(), c,
+                        cache.expert_caches);
 }
 
 template <class D, class T>
@@ -202,14 +237,9 @@ void moe_combine_backward(const MoeW<T>& w, const T* x, const T* dy, T* dx, cons
 
 template <class D, class T>
 void moe_experts_backward(const MoeW<T>& w, const MoeGrad<T>& grads, int c, MoeCacheD<D, T>& cache) {
-  const std::size_t nk = static_cast<std::size_t>(cache.n) * cache.k;
-  cache.dpi.assign_zero(nk * c);
-  for (int ex = 0; ex < cache.e; ++ex) {
-    const long lo = static_cast<long>(cache.expert_offset[static_cast<std::size_t>(ex)]) * c;
-    swiglu_backward<D, T>(cache.dpi.get() + lo, grads.experts[static_cast<std::size_t>(ex)], cache.dpo.get() + lo,
-                          cache.permuted_in.get() + lo, cache.tokens_per_expert[static_cast<std::size_t>(ex)],
-                          w.experts[static_cast<std::size_t>(ex)], cache.expert_caches[static_cast<std::size_t>(ex)]);
-  }
+  cache.dpi.assign_zero(static_cast<std::size_t>(cache.n) * cache.k * c);
+  experts_backward<D, T>(w, grads, 0, cache.expert_offset, cache.permuted_in.get(), cache.dpo.get(), cache.dpi.get(), c,
+                         cache.expert_caches);
 }
 
 template <class D, class T>

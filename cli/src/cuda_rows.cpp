@@ -4,7 +4,9 @@
 // and the applied bound as the note; then one `cpu_vs_cuda_layer` row per CUDA layer quantity
 // (engine::cuda::compare_layers_cuda). `--backend cuda-host` prints the layer rows of the same
 // layer code on the host emulation of the device, which needs no GPU. Both end with the whole-model
-// rows (engine::cuda::compare_models): grouped vs flattened on the device, device vs CPU.
+// rows (engine::cuda::compare_models): grouped vs flattened on the device, device vs CPU, and the
+// EP-overlap executor rows (engine::cuda::compare_executors): combined 1F1B vs sequential and
+// grouped vs flattened on the device's streams, device executor vs CPU executor.
 #include "cuda_rows.hpp"
 
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ht/engine/cuda/compare.hpp"
+#include "ht/engine/cuda/device_executor.hpp"
 #include "ht/engine/cuda/device_model.hpp"
 #include "ht/engine/cuda/layer_compare.hpp"
 #include "ht/engine/cuda_probe.hpp"
@@ -85,6 +88,7 @@ int verify_cpu_vs_cuda(bool json_out) {
     rows.push_back({"cpu_vs_cuda", r.op, r.max_abs_diff, r.bitwise, r.pass ? "pass" : "fail", r.note});
   add_layer_rows(rows, "cpu_vs_cuda_layer", engine::cuda::compare_layers_cuda(42, {}));
   add_model_rows(rows, engine::cuda::compare_models(engine::cuda::make_cuda_device_model, 42));
+  add_model_rows(rows, engine::cuda::compare_executors(engine::cuda::make_cuda_executor, 42));
   return print_verify_rows(rows, json_out);
 }
 
@@ -93,6 +97,7 @@ int verify_cuda_layers_on_host(bool json_out) {
   std::vector<VerifyRow> rows;
   add_layer_rows(rows, "cpu_vs_cuda_host_layer", engine::cuda::compare_layers_host(42, {}));
   add_model_rows(rows, engine::cuda::compare_models(engine::cuda::make_host_device_model, 42));
+  add_model_rows(rows, engine::cuda::compare_executors(engine::cuda::make_host_executor, 42));
   return print_verify_rows(rows, json_out);
 }
 

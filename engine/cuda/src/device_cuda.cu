@@ -7,6 +7,7 @@
 #include "dev_cuda.cuh"
 #include "ht/engine/cuda/dev/compare.hpp"
 #include "ht/engine/cuda/dev/data_parallel.hpp"
+#include "ht/engine/cuda/dev/executor.hpp"
 #include "ht/engine/cuda/dev/model.hpp"
 #include "ht/engine/cuda/device_model.hpp"
 #include "ht/engine/cuda/layer_compare.hpp"
@@ -38,6 +39,14 @@ std::unique_ptr<DataParallelModel> make_cuda_data_parallel(const patterns::Parse
   const std::string name = usable_gpu_or_throw();
   return std::make_unique<::ht::engine::dev::DataParallelOn<::ht::engine::dev::Cuda>>(
       p, cfg, seed, ranks, "cuda:" + name + " (" + std::to_string(ranks) + " ranks sharing it)");
+}
+
+std::unique_ptr<DeviceExecutor> make_cuda_executor(const patterns::ParsedPattern& p, const ModelConfig& cfg,
+                                                   std::uint64_t seed, schedule::Plan plan, DeviceExecutorOptions options) {
+  const std::string name = usable_gpu_or_throw();
+  const int ranks = plan.global_ranks();
+  return std::make_unique<::ht::engine::dev::ExecutorOn<::ht::engine::dev::Cuda>>(
+      p, cfg, seed, std::move(plan), options, "cuda:" + name + " (" + std::to_string(ranks) + " ranks sharing it)");
 }
 
 double measure_gemm_tflops_cuda(int n, int reps) {

@@ -4,6 +4,7 @@
 
 #include "ht/engine/cuda/dev/compare.hpp"
 #include "ht/engine/cuda/dev/data_parallel.hpp"
+#include "ht/engine/cuda/dev/executor.hpp"
 #include "ht/engine/cuda/dev/model.hpp"
 #include "ht/engine/cuda/device_model.hpp"
 #include "ht/engine/cuda/layer_compare.hpp"
@@ -22,6 +23,12 @@ std::unique_ptr<DeviceModel> make_host_device_model(HybridModel<float>& host) {
 std::unique_ptr<DataParallelModel> make_host_data_parallel(const patterns::ParsedPattern& p, const ModelConfig& cfg,
                                                            std::uint64_t seed, int ranks) {
   return std::make_unique<::ht::engine::dev::DataParallelOn<::ht::engine::dev::Host>>(p, cfg, seed, ranks, "host emulation");
+}
+
+std::unique_ptr<DeviceExecutor> make_host_executor(const patterns::ParsedPattern& p, const ModelConfig& cfg,
+                                                   std::uint64_t seed, schedule::Plan plan, DeviceExecutorOptions options) {
+  return std::make_unique<::ht::engine::dev::ExecutorOn<::ht::engine::dev::Host>>(p, cfg, seed, std::move(plan), options,
+                                                                                  "host emulation");
 }
 
 double measure_gemm_tflops_host(int n, int reps) { return ::ht::engine::dev::measure_gemm_tflops<::ht::engine::dev::Host>(n, reps); }

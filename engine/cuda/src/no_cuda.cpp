@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "ht/engine/cuda/compare.hpp"
+#include "ht/engine/cuda/device_executor.hpp"
 #include "ht/engine/cuda/device_model.hpp"
 #include "ht/engine/cuda/layer_compare.hpp"
 #include "ht/engine/cuda_probe.hpp"
@@ -25,6 +26,10 @@ double measure_gemm_tflops_cuda(int, int) {
 }
 std::unique_ptr<DataParallelModel> make_cuda_data_parallel(const patterns::ParsedPattern&, const ModelConfig&,
                                                            std::uint64_t, int) {
+  throw std::runtime_error("this build has no CUDA backend (nvcc not found, or HT_ENABLE_CUDA=OFF, at configure time)");
+}
+std::unique_ptr<DeviceExecutor> make_cuda_executor(const patterns::ParsedPattern&, const ModelConfig&, std::uint64_t,
+                                                   schedule::Plan, DeviceExecutorOptions) {
   throw std::runtime_error("this build has no CUDA backend (nvcc not found, or HT_ENABLE_CUDA=OFF, at configure time)");
 }
 std::unique_ptr<DeviceModel> make_cuda_device_model(HybridModel<float>&) {

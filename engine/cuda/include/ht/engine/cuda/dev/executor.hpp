@@ -1,0 +1,634 @@
+// The EP-overlap executor on a device: a schedule::Plan (the plan the CPU executor and the SimGrid
+// twin run) executed by EP ranks that share one device, over the device layers (dev/*.hpp) and a
+// device policy D (dev/host.hpp; dev_cuda.cuh on a GPU).
+//
+// Streams. Each rank issues its compute nodes on a stream of its own; the group's all-to-alls and
+// the gradient all-reduce run on one comm stream. The nodes of one (rank, microbatch) form one
+// event chain across both: a node waits for the previous node of its chain, so different
+// microbatches overlap only across streams, as in the CPU executor (exec/executor.hpp) and the
+// plan's semantics (reference sections 3.5, 5.2).
+//
+// Issue. One host thread walks the ranks' issue orders round robin: a compute node is issued when
+// its rank reaches it; a collective (dispatch, combine, all-reduce) when every member reached it,
+// with the copies between the members' buffers (the device-side transport: all ranks live in one
+// address space) queued on the comm stream after every member's chain. A plan whose ranks never
+// meet at a collective is refused ("deadlock") instead of hanging.
+//
+// Math. The state of every (rank, microbatch) is its own: blocks with their caches, the hidden
+// state and its gradient, and staged weight gradients, added into the rank's gradients by the
+// slot's weight-gradient step (the plan's W node with delayed wgrad, else right after the
+// backward), as the CPU executor does. So on one device the overlapped and the sequential plan
+// give the same bits, and grouped and flattened patterns too (blocks are found by canonical name).
+// The routed rows of each expert are those of every rank, expert-major with the sources in rank
+// order, as the CPU executor lays them out: on the host emulation the device executor equals it
+// bit for bit wherever the device layers equal the CPU's (every layer but SwiGLU's exp).
+//
+// Scope: PP = 1, VPP = 1, DP = EP, no MTP depths, up to 8 ranks; the plan's other shapes are
+// refused with their reason.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "ht/engine/cuda/dev/data_parallel.hpp"
+#include "ht/engine/cuda/dev/model.hpp"
+#include "ht/engine/exec/executor.hpp"
+#include "ht/patterns/checkpoint.hpp"
+#include "ht/schedule/node_args.hpp"
+
+namespace ht::engine::dev {
+
+template <class D>
+class DevExecutor {
+ public:
+  using T = float;
+  static constexpr int kMaxRanks = DevDataParallel<D>::kMaxRanks;
+  static constexpr const char* kWte = "embedding.word_embeddings.weight";
+  static constexpr const char* kFinalNorm = "decoder.final_norm.weight";
+  static constexpr const char* kOut = "output_layer.weight";
+
+  struct Options {
+    bool test_drop_residual_grad = false;  // device_executor.hpp's DeviceExecutorOptions
+  };
+  DevExecutor(const patterns::ParsedPattern& pattern, const ModelConfig& cfg, std::uint64_t seed, schedule::Plan plan,
+              Options options = {})
+      : pattern_(pattern), cfg_(cfg), plan_(std::move(plan)), options_(options) {
+    if (pattern.mtp_depths > 0)
+      fail("MTP depths ('/" + pattern.mtp + "') do not run on the device executor yet (the device model runs them)");
+    if (plan_.pp != 1 || plan_.vpp != 1)
+      fail("the device executor runs pp 1, vpp 1 (got pp " + std::to_string(plan_.pp) + ", vpp " +
+           std::to_string(plan_.vpp) + ")");
+    if (plan_.dp != plan_.ep)
+      fail("the device executor runs DP = EP; got dp " + std::to_string(plan_.dp) + ", ep " + std::to_string(plan_.ep));
+    const int n = plan_.global_ranks();
+    if (n != plan_.dp || n < 1 || n > kMaxRanks)
+      fail("the device executor runs 1 to " + std::to_string(kMaxRanks) + " ranks sharing the device; the plan has " +
+           std::to_string(n));
+    const auto planned = patterns::parse(plan_.pattern);
+    if (patterns::flatten(planned).flattened_symbols() != pattern.flattened_symbols() ||
+        planned.logical_count() != pattern.logical_count())
+      fail("plan was built for pattern '" + plan_.pattern + "', not '" + pattern.text + "'");
+    const bool has_moe = pattern.flattened_symbols().find('E') != std::string::npos;
+    if (has_moe && cfg.num_experts % n != 0)
+      fail(std::to_string(cfg.num_experts) + " experts do not divide over EP " + std::to_string(n));
+    local_experts_ = has_moe ? cfg.num_experts / n : 0;
+    // Logical layers: their members' canonical prefixes (blocks are found by canonical name).
+    const auto keys = patterns::layer_keys(pattern);
+    std::size_t phys = 0;
+    for (const auto& item : pattern.items()) {
+      Layer layer;
+      for (const char sym : item.symbols) {
+        layer.symbols.push_back(sym);
+        layer.prefixes.push_back("layers." + std::to_string(keys.at(phys++).physical) + ".");
+      }
+      const char last = layer.symbols.back();
+      for (std::size_t i = 0; i + 1 < layer.symbols.size(); ++i)
+        if (layer.symbols[i] == '-' || layer.symbols[i] == 'E')
+          fail("logical layer '" + layer.symbols + "' has its MLP/MoE before the last member (rule O1)");
+      layer.terminal = last == '-' || last == 'E';
+      layer.moe = last == 'E';
+      layers_.push_back(std::move(layer));
+    }
+    for (int r = 0; r < n; ++r) ranks_.push_back(build_rank(r, seed));
+  }
+  ~DevExecutor() { D::synchronize_all(); }
+
+  int ranks() const { return static_cast<int>(ranks_.size()); }
+  const schedule::Plan& plan() const { return plan_; }
+
+  // One step: every rank runs every microbatch forward and backward in plan order, then the
+  // non-expert gradients are summed over the ranks (the plan's all-reduce). batches[rank][mb].
+  // Gradients accumulate (zero_grad() between steps). The timeline has one device per rank with
+  // its compute and comm streams, on the device's clock.
+  exec::StepResult step(const std::vector<std::vector<Batch>>& batches) {
+    const int n = ranks(), mbs = plan_.microbatches;
+    const double tokens = exec::check_step_batches(batches, n, mbs, cfg_.vocab_size, "device executor");
+    weight_ = static_cast<T>(1.0 / tokens);  // the CPU executor's CE weight per token
+    chunks_.clear();
+    chunks_.resize(static_cast<std::size_t>(n));
+    for (int r = 0; r < n; ++r)
+      for (int mb = 0; mb < mbs; ++mb)
+        chunks_[static_cast<std::size_t>(r)].push_back(new_chunk(r, batches[static_cast<std::size_t>(r)][static_cast<std::size_t>(mb)]));
+    has_w_.clear();
+    for (const auto& node : plan_.nodes)
+      if (node.phase == schedule::Phase::Weight) has_w_.insert({node.rank, node.microbatch, node.layer, node.slot});
+    marks_.clear();
+    run_plan();
+
+    exec::StepResult result;
+    result.loss.assign(static_cast<std::size_t>(n), std::vector<double>(static_cast<std::size_t>(mbs), 0.0));
+    for (int r = 0; r < n; ++r)
+      for (int mb = 0; mb < mbs; ++mb) {
+        Chunk& cs = chunk(r, mb);
+        double aux = 0;
+        for (auto& layer : cs.layers)
+          for (auto& blk : layer)
+            aux += static_cast<double>(blk.branch->aux_loss()) + static_cast<double>(blk.branch->z_loss());
+        const double total = cs.loss + aux;
+        result.loss[static_cast<std::size_t>(r)][static_cast<std::size_t>(mb)] = total;
+        result.total += total;
+      }
+    result.timeline = timeline();
+    chunks_.clear();
+    return result;
+  }
+
+  void zero_grad() {
+    for (auto& rk : ranks_) rk.params->zero_grad();
+  }
+
+  // The parameters rank r holds (every non-expert one, its experts), in the host model's order,
+  // with their device values and gradients downloaded.
+  std::vector<ParamRef<T>> parameters(int r) {
+    Rank& rk = ranks_.at(static_cast<std::size_t>(r));
+    D::synchronize_all();
+    rk.params->download_params();
+    rk.params->download_grads();
+    return rk.params->refs();
+  }
+  bool owns(int r, const std::string& canonical) const {
+    const int e = expert_of(canonical);
+    return e < 0 ? true : e / local_experts_ == r;
+  }
+
+ private:
+  struct Layer {
+    std::string symbols;
+    std::vector<std::string> prefixes;  // canonical "layers.<physical>." per member
+    bool terminal = false, moe = false;
+  };
+  struct Rank {
+    std::unique_ptr<HybridModel<T>> host;
+    std::unique_ptr<DevParams<D, T>> params;              // the parameters this rank holds
+    std::vector<std::vector<std::size_t>> pre_w, mlp_w;  // per layer: what each slot's W step flushes
+  };
+  using Event = typename D::Event;
+  // One (rank, microbatch): its blocks with their caches, its staged gradients, its hidden state.
+  struct Chunk {
+    std::unique_ptr<DevParams<D, T>> staged;
+    std::vector<std::vector<DevBlock<D, T>>> layers;
+    int b = 0, t = 0;
+    Buf<D, int> tokens, targets;
+    Buf<D, T> h, dh, h_final, fn_rstd, logits, lm_weights, lse;
+    double loss = 0;
+    bool chained = false;
+    Event last{};  // the chain's last node
+  };
+  struct Mark {
+    int rank;
+    const schedule::Node* node;
+    Event begin, end;
+  };
+
+  [[noreturn]] static void fail(const std::string& message) {
+    throw EngineError(ErrorCode::BadConfig, "device executor: " + message);
+  }
+  static int expert_of(const std::string& canonical) {
+    const std::string tag = "mlp.experts.local_experts.";
+    const auto pos = canonical.find(tag);
+    return pos == std::string::npos ? -1 : std::stoi(canonical.substr(pos + tag.size()));
+  }
+  Chunk& chunk(int r, int mb) {
+    return chunks_.at(static_cast<std::size_t>(r)).at(static_cast<std::size_t>(mb));
+  }
+  int compute_stream(int r) const { return 1 + r; }
+  int comm_stream() const { return 1 + ranks(); }
+
+  Rank build_rank(int r, std::uint64_t seed) {
+    Rank rk;
+    rk.host = std::make_unique<HybridModel<T>>(pattern_, cfg_, seed);
+    std::vector<ParamRef<T>> held;
+    for (auto& p : rk.host->parameters()) {
+      const int e = expert_of(p.canonical);
+      if (e < 0 || e / local_experts_ == r) held.push_back(p);
+    }
+    D::set_stream(0);
+    rk.params = std::make_unique<DevParams<D, T>>(std::move(held));
+    for (const auto& layer : layers_) {
+      std::vector<std::size_t> pre, mlp;
+      const std::size_t members = layer.symbols.size() - (layer.terminal ? 1 : 0);
+      for (std::size_t i = 0; i < members; ++i)
+        for (std::size_t k : rk.params->indices(layer.prefixes[i])) pre.push_back(k);
+      if (layer.moe) {
+        const std::string& pre_e = layer.prefixes.back();
+        for (std::size_t k : rk.params->indices(pre_e, "mlp.experts.local_experts.")) pre.push_back(k);
+        for (std::size_t k : rk.params->indices(pre_e + "mlp.experts.local_experts.")) mlp.push_back(k);
+      } else if (layer.terminal) {
+        mlp = rk.params->indices(layer.prefixes.back());
+      }
+      rk.pre_w.push_back(std::move(pre));
+      rk.mlp_w.push_back(std::move(mlp));
+    }
+    return rk;
+  }
+
+  Chunk new_chunk(int r, const Batch& batch) {
+    D::set_stream(0);
+    Chunk cs;
+    Rank& rk = ranks_[static_cast<std::size_t>(r)];
+    cs.staged = std::make_unique<DevParams<D, T>>(*rk.params, typename DevParams<D, T>::Staging{});
+    for (const auto& layer : layers_) {
+      std::vector<DevBlock<D, T>> blocks;
+      for (std::size_t i = 0; i < layer.symbols.size(); ++i) {
+        const char sym = layer.symbols[i];
+        if (sym != 'E') {
+          blocks.push_back(make_dev_block<D, T>(sym, cfg_, *cs.staged, layer.prefixes[i], T(1)));
+          continue;
+        }
+        DevBlock<D, T> blk;
+        blk.symbol = sym;
+        const std::string norm = layer.prefixes[i] + prenorm_name(sym);
+        blk.norm_w = cs.staged->w(norm);
+        blk.norm_g = cs.staged->g(norm);
+        blk.branch = std::make_unique<MoeBranchD<D, T>>(cfg_, *cs.staged, layer.prefixes[i], T(1), r * local_experts_,
+                                                         local_experts_);
+        blocks.push_back(std::move(blk));
+      }
+      cs.layers.push_back(std::move(blocks));
+    }
+    cs.b = batch.tokens.dim(0);
+    cs.t = batch.tokens.dim(1);
+    cs.tokens = upload<D>(batch.tokens.ptr(), batch.tokens.size());
+    cs.targets = upload<D>(batch.targets.ptr(), batch.targets.size());
+    return cs;
+  }
+
+  MoeBranchD<D, T>& moe_of(int r, int mb, int layer) {
+    auto& blocks = chunk(r, mb).layers.at(static_cast<std::size_t>(layer));
+    auto* m = dynamic_cast<MoeBranchD<D, T>*>(blocks.back().branch.get());
+    if (!m) fail("layer " + std::to_string(layer) + " has no MoE terminal for its all-to-all");
+    return *m;
+  }
+
+  // ---- the walk over the ranks' issue orders ----
+  void run_plan() {
+    const int n = ranks();
+    for (int r = 0; r < n; ++r)
+      if (plan_.ranks.at(static_cast<std::size_t>(r)).rank != r) fail("plan rank " + std::to_string(r) + " is misnumbered");
+    std::vector<std::size_t> pos(static_cast<std::size_t>(n), 0);
+    std::map<int, std::set<int>> arrived;  // collective -> ranks waiting at it
+    for (;;) {
+      bool progress = false, done = true;
+      for (int r = 0; r < n; ++r) {
+        const auto& issue = plan_.ranks[static_cast<std::size_t>(r)].issue;
+        while (pos[static_cast<std::size_t>(r)] < issue.size()) {
+          const schedule::Node& node = plan_.node(issue[pos[static_cast<std::size_t>(r)]]);
+          if (node.rank != r) fail("rank " + std::to_string(r) + " issues node " + node.label() + " of rank " + std::to_string(node.rank));
+          if (node.stream == schedule::Stream::Compute) {
+            run_compute(node);
+            ++pos[static_cast<std::size_t>(r)];
+            progress = true;
+            continue;
+          }
+          std::vector<const schedule::Node*> members;
+          if (node.collective < 0) {
+            members.push_back(&node);
+          } else {
+            const auto& coll = plan_.collectives.at(static_cast<std::size_t>(node.collective));
+            arrived[coll.id].insert(r);
+            if (arrived[coll.id].size() < coll.nodes.size()) break;  // wait for the others
+            for (int id : coll.nodes) members.push_back(&plan_.node(id));
+            arrived.erase(coll.id);
+          }
+          run_collective(members);
+          for (const auto* m : members) ++pos[static_cast<std::size_t>(m->rank)];
+          progress = true;
+        }
+        done &= pos[static_cast<std::size_t>(r)] == issue.size();
+      }
+      if (done) break;
+      if (!progress) fail("deadlock: the ranks wait at collectives the others never reach");
+    }
+    D::set_stream(0);
+  }
+
+  bool delayed(const schedule::Node& node) const {
+    return has_w_.count({node.rank, node.microbatch, node.layer, node.slot}) > 0;
+  }
+  void check_mb(const schedule::Node& node) const {
+    if (node.microbatch < 0 || node.microbatch >= plan_.microbatches) fail("node " + node.label() + " names microbatch " + std::to_string(node.microbatch));
+    if (node.mtp) fail("node " + node.label() + " is an MTP node");
+  }
+  const Layer& layer_of(const schedule::Node& node) const {
+    if (node.layer < 0 || node.layer >= static_cast<int>(layers_.size())) fail("node " + node.label() + " names no layer");
+    return layers_[static_cast<std::size_t>(node.layer)];
+  }
+
+  void run_compute(const schedule::Node& node) {
+    check_mb(node);
+    const int r = node.rank;
+    Chunk& cs = chunk(r, node.microbatch);
+    D::set_stream(compute_stream(r));
+    if (cs.chained) D::wait(cs.last);
+    const Event begin = D::record();
+    compute(node, cs);
+    cs.last = D::record();
+    cs.chained = true;
+    marks_.push_back({r, &node, begin, cs.last});
+  }
+
+  void compute(const schedule::Node& node, Chunk& cs) {
+    using schedule::Phase;
+    using schedule::Slot;
+    const int c = cfg_.hidden, n = cs.b * cs.t, v = cfg_.vocab_size, r = node.rank;
+    const std::size_t nc = static_cast<std::size_t>(n) * c;
+    const T eps = static_cast<T>(cfg_.norm_eps);
+    Rank& rk = ranks_[static_cast<std::size_t>(r)];
+    DevParams<D, T>& p = *rk.params;
+    const bool fwd = node.phase == Phase::Forward, bwd = node.phase == Phase::Backward;
+    switch (node.slot) {
+      case Slot::PreProcess:
+        if (fwd) {
+          cs.h.resize(nc);
+          embedding_forward<D, T>(cs.h.get(), cs.tokens.get(), p.w(kWte), n, c);
+        } else if (bwd) {
+          embedding_backward<D, T>(p.g(kWte), cs.dh.get(), cs.tokens.get(), n, c);
+        }
+        return;
+      case Slot::PostProcess:
+        if (fwd) {
+          cs.h_final.resize(nc);
+          cs.fn_rstd.resize(static_cast<std::size_t>(n));
+          rmsnorm_forward<D, T>(cs.h_final.get(), cs.fn_rstd.get(), cs.h.get(), p.w(kFinalNorm), n, c, eps);
+          cs.logits.resize(static_cast<std::size_t>(n) * v);
+          output_forward<D, T>(cs.logits.get(), cs.h_final.get(), p.w(kOut), n, c, v);
+          const std::vector<T> w(static_cast<std::size_t>(n), weight_);
+          cs.lm_weights = upload<D>(w.data(), w.size());
+          cs.lse.resize(static_cast<std::size_t>(n));
+          cs.loss = static_cast<double>(
+              cross_entropy_forward<D, T>(cs.lse.get(), cs.logits.get(), cs.targets.get(), cs.lm_weights.get(), n, v));
+        } else if (bwd) {
+          Buf<D, T> dlogits, dhf;
+          dlogits.assign_zero(static_cast<std::size_t>(n) * v);
+          dhf.assign_zero(nc);
+          cross_entropy_backward<D, T>(dlogits.get(), cs.logits.get(), cs.targets.get(), cs.lm_weights.get(), cs.lse.get(),
+                                       n, v, T(1));
+          output_backward<D, T>(dhf.get(), p.g(kOut), dlogits.get(), cs.h_final.get(), p.w(kOut), n, c, v);
+          cs.dh.assign_zero(nc);
+          rmsnorm_backward<D, T>(cs.dh.get(), p.g(kFinalNorm), dhf.get(), cs.h.get(), p.w(kFinalNorm), cs.fn_rstd.get(), n, c);
+        }
+        return;
+      case Slot::PreDispatch: {
+        const Layer& layer = layer_of(node);
+        auto& blocks = cs.layers[static_cast<std::size_t>(node.layer)];
+        const std::size_t members = blocks.size() - (layer.terminal ? 1 : 0);
+        if (fwd) {
+          for (std::size_t i = 0; i < members; ++i) blocks[i].forward(cs.h, eps, cs.b, cs.t, c);
+          if (layer.moe) blocks.back().forward_part(0, cs.h, eps, cs.b, cs.t, c);
+        } else if (bwd) {
+          // The MoE's router and norm (its residual's gradient is dh, parked since the combine),
+          // then the members in reverse.
+          if (layer.moe) blocks.back().backward_part(2, cs.dh, cs.b, cs.t, c);
+          for (std::size_t i = members; i-- > 0;) blocks[i].backward(cs.dh, cs.b, cs.t, c);
+          if (!delayed(node)) cs.staged->add_grads_to(p, rk.pre_w[static_cast<std::size_t>(node.layer)]);
+        } else {
+          cs.staged->add_grads_to(p, rk.pre_w[static_cast<std::size_t>(node.layer)]);
+        }
+        return;
+      }
+      case Slot::Mlp: {
+        const Layer& layer = layer_of(node);
+        if (!layer.terminal) return;
+        auto& blk = cs.layers[static_cast<std::size_t>(node.layer)].back();
+        if (fwd) {
+          if (layer.moe) blk.forward_part(1, cs.h, eps, cs.b, cs.t, c);
+          else blk.forward(cs.h, eps, cs.b, cs.t, c);
+        } else if (bwd) {
+          if (layer.moe) blk.backward_part(1, cs.dh, cs.b, cs.t, c);
+          else blk.backward(cs.dh, cs.b, cs.t, c);
+          if (!delayed(node)) cs.staged->add_grads_to(p, rk.mlp_w[static_cast<std::size_t>(node.layer)]);
+        } else {
+          cs.staged->add_grads_to(p, rk.mlp_w[static_cast<std::size_t>(node.layer)]);
+        }
+        return;
+      }
+      default:
+        fail("slot " + std::string(schedule::to_string(node.slot)) + " of node " + node.label() +
+             " does not run on the device executor");
+    }
+  }
+
+  // ---- collectives on the comm stream: the members' exchanges, after every member's chain ----
+  void run_collective(const std::vector<const schedule::Node*>& members) {
+    using schedule::Phase;
+    using schedule::Slot;
+    const schedule::Node& first = *members.front();
+    D::set_stream(comm_stream());
+    if (first.slot == Slot::GradAllReduce) {
+      if (first.symbols == "expert") fail("expert all-reduce (dp > ep) is not run");
+      for (const auto* m : members)
+        for (auto& cs : chunks_.at(static_cast<std::size_t>(m->rank)))
+          if (cs.chained) D::wait(cs.last);
+      const Event begin = D::record();
+      all_reduce(members);
+      const Event end = D::record();
+      for (const auto* m : members) marks_.push_back({m->rank, m, begin, end});
+      // Later nodes of every chain (none in a step's plan) would follow the all-reduce.
+      for (const auto* m : members)
+        for (auto& cs : chunks_.at(static_cast<std::size_t>(m->rank))) cs.last = end, cs.chained = true;
+      return;
+    }
+    if (first.slot != Slot::Dispatch && first.slot != Slot::Combine)
+      fail("comm node " + first.label() + " (" + std::string(schedule::to_string(first.slot)) + ") does not run on the device executor");
+    if (static_cast<int>(members.size()) != ranks()) fail("all-to-all " + first.label() + " does not span the EP group");
+    for (const auto* m : members) {
+      check_mb(*m);
+      if (m->slot != first.slot || m->phase != first.phase || m->microbatch != first.microbatch || m->layer != first.layer)
+        fail("all-to-all pairs " + first.label() + " with " + m->label());
+      if (!layer_of(*m).moe) fail("node " + m->label() + " is a comm node of a dense layer");
+      Chunk& cs = chunk(m->rank, m->microbatch);
+      if (cs.chained) D::wait(cs.last);
+    }
+    const int mb = first.microbatch, layer = first.layer;
+    const Event begin = D::record();
+    const T eps = static_cast<T>(cfg_.norm_eps);
+    const int c = cfg_.hidden;
+    if (first.slot == Slot::Dispatch && first.phase == Phase::Forward) {
+      dispatch_layout(mb, layer);
+      exchange(mb, layer, false, true);
+    } else if (first.slot == Slot::Dispatch) {
+      exchange(mb, layer, true, false);
+    } else if (first.phase == Phase::Forward) {
+      exchange(mb, layer, false, false);
+      for (int r = 0; r < ranks(); ++r) {
+        Chunk& cs = chunk(r, mb);
+        cs.layers[static_cast<std::size_t>(layer)].back().forward_part(2, cs.h, eps, cs.b, cs.t, c);
+      }
+    } else {
+      for (int r = 0; r < ranks(); ++r) {
+        Chunk& cs = chunk(r, mb);
+        cs.layers[static_cast<std::size_t>(layer)].back().backward_part(0, cs.dh, cs.b, cs.t, c);
+        if (options_.test_drop_residual_grad) cs.dh.assign_zero(cs.dh.size());
+      }
+      exchange(mb, layer, true, true);
+    }
+    const Event end = D::record();
+    for (const auto* m : members) {
+      Chunk& cs = chunk(m->rank, mb);
+      cs.last = end;
+      cs.chained = true;
+      marks_.push_back({m->rank, m, begin, end});
+    }
+  }
+
+  // Rows per (source, local expert) from the sources' routing: each expert's rows, sources in rank
+  // order (exec/executor.cpp's EpLayout).
+  void dispatch_layout(int mb, int layer) {
+    const int n = ranks(), le_n = local_experts_;
+    for (int p = 0; p < n; ++p) {
+      MoeShardD<D, T>& sh = moe_of(p, mb, layer).shard();
+      sh.counts.assign(static_cast<std::size_t>(n), std::vector<int>(static_cast<std::size_t>(le_n), 0));
+      sh.offset = sh.counts;
+      sh.start.assign(static_cast<std::size_t>(le_n) + 1, 0);
+      for (int s = 0; s < n; ++s)
+        for (int le = 0; le < le_n; ++le)
+          sh.counts[static_cast<std::size_t>(s)][static_cast<std::size_t>(le)] =
+              moe_of(s, mb, layer).cache().tokens_per_expert.at(static_cast<std::size_t>(p * le_n + le));
+      int row = 0;
+      for (int le = 0; le < le_n; ++le) {
+        sh.start[static_cast<std::size_t>(le)] = row;
+        for (int s = 0; s < n; ++s) {
+          sh.offset[static_cast<std::size_t>(s)][static_cast<std::size_t>(le)] = row;
+          row += sh.counts[static_cast<std::size_t>(s)][static_cast<std::size_t>(le)];
+        }
+      }
+      sh.start.back() = row;
+    }
+  }
+  // The all-to-all's copies. Toward the experts: each source's permuted rows (forward: permuted_in;
+  // backward: d permuted_out) into the experts' owners (shard in / dout); back to the tokens: the
+  // experts' rows (forward: shard out; backward: shard din) to the ranks whose tokens they are, in
+  // their permuted order (permuted_out / d permuted_in). The copies are disjoint, so their order
+  // does not matter.
+  void exchange(int mb, int layer, bool backward, bool toward_experts) {
+    const int n = ranks(), le_n = local_experts_;
+    const std::size_t c = static_cast<std::size_t>(cfg_.hidden);
+    const auto idx = [](int i) { return static_cast<std::size_t>(i); };
+    for (int r = 0; r < n; ++r) {
+      if (toward_experts) {
+        MoeShardD<D, T>& sh = moe_of(r, mb, layer).shard();
+        (backward ? sh.dout : sh.in).resize(static_cast<std::size_t>(sh.rows()) * c);
+      } else {
+        MoeCacheD<D, T>& cache = moe_of(r, mb, layer).cache();
+        (backward ? cache.dpi : cache.permuted_out).resize(static_cast<std::size_t>(cache.n) * cache.k * c);
+      }
+    }
+    for (int p = 0; p < n; ++p) {
+      MoeShardD<D, T>& sh = moe_of(p, mb, layer).shard();
+      T* expert_rows = toward_experts ? (backward ? sh.dout : sh.in).get() : (backward ? sh.din : sh.out).get();
+      for (int s = 0; s < n; ++s) {
+        MoeCacheD<D, T>& cache = moe_of(s, mb, layer).cache();
+        T* token_rows = toward_experts ? (backward ? cache.dpo : cache.permuted_in).get()
+                                       : (backward ? cache.dpi : cache.permuted_out).get();
+        for (int le = 0; le < le_n; ++le) {
+          const auto cnt = static_cast<std::size_t>(sh.counts[idx(s)][idx(le)]);
+          const auto at = static_cast<std::size_t>(sh.offset[idx(s)][idx(le)]) * c;
+          const auto from = static_cast<std::size_t>(cache.expert_offset.at(idx(p * le_n + le))) * c;
+          if (toward_experts)
+            D::copy(expert_rows + at, token_rows + from, cnt * c);
+          else
+            D::copy(token_rows + from, expert_rows + at, cnt * c);
+        }
+      }
+    }
+  }
+  // Non-expert gradients: every rank's copy becomes the sum in rank order (the CPU executor's
+  // all-reduce), one thread per element reading every rank's buffer.
+  void all_reduce(const std::vector<const schedule::Node*>& members) {
+    if (members.size() < 2) return;
+    DevParams<D, T>& first = *ranks_[static_cast<std::size_t>(members.front()->rank)].params;
+    for (std::size_t i = 0; i < first.count(); ++i) {
+      if (expert_of(first.refs()[i].canonical) >= 0) continue;
+      RankBuffers ptrs{};
+      for (std::size_t m = 0; m < members.size(); ++m) {
+        DevParams<D, T>& pm = *ranks_[static_cast<std::size_t>(members[m]->rank)].params;
+        if (pm.refs()[i].canonical != first.refs()[i].canonical) fail("ranks hold different non-expert parameters");
+        ptrs.g[m] = pm.grad_at(i);
+      }
+      sum_over_ranks<D>(ptrs, static_cast<int>(members.size()), static_cast<long>(first.size_at(i)));
+    }
+  }
+
+  traces::Timeline timeline() {
+    traces::Timeline t;
+    t.source = "engine";
+    t.metadata["device_executor"] = D::kName;
+    t.metadata["schedule"] = plan_.schedule;
+    t.metadata["pattern"] = plan_.pattern;
+    for (int r = 0; r < ranks(); ++r) {
+      t.streams.push_back({r, 0, "compute", traces::Role::Compute});
+      t.streams.push_back({r, 1, "comm", traces::Role::Comm});
+    }
+    if (marks_.empty()) return t;
+    D::synchronize_all();
+    Event origin = marks_.front().begin;
+    for (const auto& m : marks_) {
+      traces::Span s;
+      s.name = m.node->label();
+      s.category = std::string(schedule::to_string(m.node->slot));
+      s.start_s = D::seconds(origin, m.begin);
+      s.duration_s = D::seconds(m.begin, m.end);
+      s.device = m.rank;
+      s.args = schedule::node_args(*m.node);
+      if (m.node->stream == schedule::Stream::Comm) {
+        s.stream = 1;
+        s.role = traces::Role::Comm;
+      }
+      t.spans.push_back(std::move(s));
+    }
+    // Events are shared by a collective's members: release each once.
+    std::set<Event> released;
+    for (const auto& m : marks_) {
+      if (released.insert(m.begin).second) D::release_event(m.begin);
+      if (released.insert(m.end).second) D::release_event(m.end);
+    }
+    marks_.clear();
+    return t;
+  }
+
+  patterns::ParsedPattern pattern_;
+  ModelConfig cfg_;
+  schedule::Plan plan_;
+  Options options_;
+  int local_experts_ = 0;
+  std::vector<Layer> layers_;
+  std::vector<Rank> ranks_;
+  std::vector<std::vector<Chunk>> chunks_;  // [rank][microbatch], during a step
+  std::set<std::tuple<int, int, int, schedule::Slot>> has_w_;  // (rank, microbatch, layer, slot) with a W node
+  std::vector<Mark> marks_;
+  T weight_ = 0;
+};
+
+}  // namespace ht::engine::dev
+
+#include "ht/engine/cuda/device_executor.hpp"
+
+namespace ht::engine::dev {
+
+// device_executor.hpp's interface over DevExecutor<D>.
+template <class D>
+class ExecutorOn final : public cuda::DeviceExecutor {
+ public:
+  ExecutorOn(const patterns::ParsedPattern& p, const ModelConfig& cfg, std::uint64_t seed, schedule::Plan plan,
+             cuda::DeviceExecutorOptions options, std::string device)
+      : ex_(p, cfg, seed, std::move(plan), {options.test_drop_residual_grad}), device_(std::move(device)) {}
+  std::string device() const override { return device_; }
+  int ranks() const override { return ex_.ranks(); }
+  const schedule::Plan& plan() const override { return ex_.plan(); }
+  exec::StepResult step(const std::vector<std::vector<Batch>>& batches) override { return ex_.step(batches); }
+  void zero_grad() override { ex_.zero_grad(); }
+  std::vector<ParamRef<float>> parameters(int rank) override { return ex_.parameters(rank); }
+  bool owns(int rank, const std::string& canonical) const override { return ex_.owns(rank, canonical); }
+
+ private:
+  DevExecutor<D> ex_;
+  std::string device_;
+};
+
+}  // namespace ht::engine::dev

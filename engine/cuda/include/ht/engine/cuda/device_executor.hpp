@@ -1,0 +1,71 @@
+// The EP-overlap executor on one device (dev/executor.hpp) behind a plain C++ interface, so the CLI
+// and tests use it without CUDA headers: a schedule::Plan run by EP ranks sharing the device, each
+// rank's compute on a stream of its own, the all-to-alls and the gradient all-reduce on a comm
+// stream (device-side copies between the ranks' buffers). Two devices, as for DeviceModel: the GPU
+// (CUDA builds) and the host emulation, which runs the same code on the CPU.
+//
+// Scope: PP = 1, VPP = 1, DP = EP, no MTP depths, up to 8 ranks; other plans are refused with an
+// EngineError(BadConfig) that names the reason.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ht/engine/cuda/device_model.hpp"
+#include "ht/engine/exec/compare.hpp"
+#include "ht/engine/exec/executor.hpp"
+
+namespace ht::engine::cuda {
+
+class DeviceExecutor {
+ public:
+  virtual ~DeviceExecutor() = default;
+  virtual std::string device() const = 0;
+  virtual int ranks() const = 0;
+  virtual const schedule::Plan& plan() const = 0;
+  // As exec::Executor::step: batches[rank][microbatch]; gradients accumulate; the timeline has one
+  // device per rank (streams compute 0, comm 1) on the device's clock, spans named as plan nodes.
+  virtual exec::StepResult step(const std::vector<std::vector<Batch>>& batches) = 0;
+  virtual void zero_grad() = 0;
+  // The parameters rank r holds (non-expert ones and its experts) with values and gradients
+  // downloaded; whether rank r owns `canonical`.
+  virtual std::vector<ParamRef<float>> parameters(int rank) = 0;
+  virtual bool owns(int rank, const std::string& canonical) const = 0;
+};
+
+struct DeviceExecutorOptions {
+  // Test-only fault injection: the combine's backward does not pass the gradient to the MoE
+  // residual (as exec::ExecutorOptions::test_drop_residual_grad). Equivalence checks must catch it.
+  bool test_drop_residual_grad = false;
+};
+
+std::unique_ptr<DeviceExecutor> make_host_executor(const patterns::ParsedPattern& p, const ModelConfig& cfg,
+                                                   std::uint64_t seed, schedule::Plan plan,
+                                                   DeviceExecutorOptions options = {});
+// Throws std::runtime_error without a usable GPU or CUDA backend.
+std::unique_ptr<DeviceExecutor> make_cuda_executor(const patterns::ParsedPattern& p, const ModelConfig& cfg,
+                                                   std::uint64_t seed, schedule::Plan plan,
+                                                   DeviceExecutorOptions options = {});
+using DeviceExecutorFactory = std::function<std::unique_ptr<DeviceExecutor>(
+    const patterns::ParsedPattern&, const ModelConfig&, std::uint64_t, schedule::Plan, DeviceExecutorOptions)>;
+
+inline exec::Owned owned(DeviceExecutor& e) {
+  return {e.ranks(), [&e](int r) { return e.parameters(r); },
+          [&e](int r, const std::string& name) { return e.owns(r, name); }};
+}
+
+// The executor rows of `verify --backend cuda|cuda-host` (ModelComparison rows):
+//  device_overlap_vs_sequential    EP 2, 3 microbatches, combined 1F1B with and without delayed
+//                                  wgrad against the sequential plan: losses and gradients bitwise;
+//  device_executor_grouped_vs_flattened  overlapped plans of a grouped pattern and its flattened
+//                                  form: bitwise;
+//  cpu_vs_device_executor          the device executor against exec::Executor on the same plan:
+//                                  bitwise without SwiGLU layers ('-', 'E'); with them within
+//                                  4 K u scale (both float32 runs are within K u scale of the exact
+//                                  sums at first order, K the summation depth of compare_models
+//                                  plus the ranks x microbatches a gradient adds, u = 2^-24).
+std::vector<ModelComparison> compare_executors(const DeviceExecutorFactory& make, std::uint64_t seed);
+
+}  // namespace ht::engine::cuda

@@ -1,0 +1,158 @@
+// The EP-overlap executor on a device (engine/cuda/include/ht/engine/cuda/dev/executor.hpp) on the
+// host emulation: combined 1F1B against the sequential plan and grouped against flattened, bit for
+// bit; against the CPU executor (a second implementation of the same plan) bitwise without SwiGLU
+// and within the stated bound with it; a dropped residual gradient is caught; its timeline names
+// the plan's nodes; bad plans and deadlocking issue orders are refused in one line.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <set>
+#include <string>
+
+#include "ht/engine/cuda/device_executor.hpp"
+#include "ht/engine/error.hpp"
+#include "ht/patterns/pattern.hpp"
+#include "ht/schedule/build.hpp"
+
+using namespace ht::engine;
+namespace pat = ht::patterns;
+
+namespace {
+
+const ModelConfig& cfg() {
+  static const ModelConfig c = cuda::model_check_config();
+  return c;
+}
+
+std::unique_ptr<cuda::DeviceExecutor> host_ex(const std::string& text, const ht::schedule::Plan& plan,
+                                              cuda::DeviceExecutorOptions o = {}) {
+  return cuda::make_host_executor(pat::parse(text), cfg(), 5, plan, o);
+}
+ht::schedule::Plan plan_of(const std::string& text, int ep, int mbs, bool overlap, bool delay) {
+  return exec::ep_plan(pat::parse(text), cfg(), 2, 6, ep, mbs, overlap, delay);
+}
+
+}  // namespace
+
+TEST_CASE("device executor rows (host emulation): overlap == sequential and grouped == flattened bitwise, CPU "
+          "executor matched", "[engine][dev-executor]") {
+  const auto rows = cuda::compare_executors(cuda::make_host_executor, 3);
+  std::multiset<std::string> pairs;
+  for (const auto& r : rows) {
+    INFO(r.pair << " " << r.config << ": " << r.note);
+    pairs.insert(r.pair);
+    CHECK(r.pass);
+    if (r.pair != "cpu_vs_device_executor") CHECK(r.bitwise);
+  }
+  CHECK(pairs.count("device_overlap_vs_sequential") == 2);
+  CHECK(pairs.count("device_executor_grouped_vs_flattened") == 2);
+  CHECK(pairs.count("cpu_vs_device_executor") == 2);
+  // On the host emulation only SwiGLU's exp differs from the CPU: the dense row is bitwise, and the
+  // MoE row differs by rounding only (not zero, far under its bound).
+  for (const auto& r : rows) {
+    if (r.pair == "cpu_vs_device_executor" && r.config == "[MG]*") CHECK(r.bitwise);
+    if (r.pair == "cpu_vs_device_executor" && r.config == "M[*E]-") {
+      CHECK(r.max_abs_diff > 0);
+      CHECK(r.max_abs_diff < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("device executor: EP 4 overlapped with delayed wgrad equals sequential bit for bit",
+          "[engine][dev-executor]") {
+  const std::string text = "[*E]M[*E]";
+  const auto batches = exec::random_batches(4, 2, 2, 6, cfg().vocab_size, 9);
+  auto seq = host_ex(text, plan_of(text, 4, 2, false, false));
+  auto ovl = host_ex(text, plan_of(text, 4, 2, true, true));
+  const auto rs = seq->step(batches), ro = ovl->step(batches);
+  CHECK(rs.loss == ro.loss);
+  const auto d = exec::compare_owned(cuda::owned(*ovl), cuda::owned(*seq), true);
+  CHECK(d.missing.empty());
+  CHECK(d.bitwise);
+  CHECK(d.max_ref > 0);
+  // Gradients accumulate over steps and zero_grad clears them.
+  ovl->zero_grad();
+  for (auto& p : ovl->parameters(1))
+    for (float g : p.grad->data) REQUIRE(g == 0.0f);
+}
+
+TEST_CASE("device executor: a dropped residual gradient at the combine is caught", "[engine][dev-executor]") {
+  const std::string text = "M[*E]-";
+  const auto plan = plan_of(text, 2, 2, true, false);
+  const auto batches = exec::random_batches(2, 2, 2, 6, cfg().vocab_size, 4);
+  auto good = host_ex(text, plan);
+  cuda::DeviceExecutorOptions o;
+  o.test_drop_residual_grad = true;
+  auto bad = host_ex(text, plan, o);
+  good->step(batches);
+  bad->step(batches);
+  const auto d = exec::compare_owned(cuda::owned(*bad), cuda::owned(*good), true);
+  CHECK_FALSE(d.bitwise);
+  CHECK(d.max_abs > 1e-3 * d.max_ref);  // of the order of the gradients, far above any rounding
+}
+
+TEST_CASE("device executor timeline: one span per plan node, on its rank's compute or comm stream",
+          "[engine][dev-executor]") {
+  const std::string text = "M[*E]";
+  const auto plan = plan_of(text, 2, 2, true, true);
+  auto ex = host_ex(text, plan);
+  const auto res = ex->step(exec::random_batches(2, 2, 2, 6, cfg().vocab_size, 2));
+  const auto& tl = res.timeline;
+  REQUIRE(tl.spans.size() == plan.nodes.size());
+  std::multiset<std::string> planned, traced;
+  for (const auto& n : plan.nodes) planned.insert(n.label() + "@" + std::to_string(n.rank));
+  for (const auto& s : tl.spans) {
+    traced.insert(s.name + "@" + std::to_string(s.device));
+    CHECK(s.duration_s >= 0);
+    CHECK(s.start_s >= 0);
+    CHECK((s.stream == 1) == (s.role == ht::traces::Role::Comm));
+  }
+  CHECK(planned == traced);
+  CHECK(tl.streams.size() == 4);
+  CHECK(res.total == Approx(res.loss[0][0] + res.loss[0][1] + res.loss[1][0] + res.loss[1][1]));
+}
+
+TEST_CASE("device executor refuses plans it does not run and deadlocking issue orders", "[engine][dev-executor]") {
+  const auto msg = [](auto&& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // A plan of another pattern.
+  CHECK_THAT(msg([] { host_ex("M*E", plan_of("M[*E]-", 2, 1, false, false)); }),
+             Catch::Contains("plan was built for pattern"));
+  // MTP depths.
+  CHECK_THAT(msg([] { host_ex("*E/*E", plan_of("*E/*E", 2, 1, false, false)); }), Catch::Contains("MTP"));
+  // Pipeline stages.
+  {
+    ht::schedule::ParallelConfig pc;
+    pc.pp = 2;
+    pc.microbatches = 2;
+    const auto p = pat::parse("M*M*");
+    const auto plan = ht::schedule::build_plan(p, exec::schedule_dims(cfg(), 2, 6), pc, {});
+    CHECK_THAT(msg([&] { cuda::make_host_executor(p, cfg(), 1, plan); }), Catch::Contains("pp 1"));
+  }
+  // Experts that do not divide over the ranks (4 experts over 3 ranks): refused when the plan is built.
+  CHECK_THAT(msg([] { host_ex("*E", plan_of("*E", 3, 1, false, false)); }), Catch::Contains("multiple of ep"));
+  // Rank 1 issues two all-to-alls in the other order: they wait for each other forever.
+  {
+    auto plan = plan_of("*E", 2, 2, false, false);
+    auto& issue = plan.ranks.at(1).issue;
+    std::vector<std::size_t> comm;
+    for (std::size_t i = 0; i < issue.size(); ++i)
+      if (plan.node(issue[i]).collective >= 0 && plan.node(issue[i]).slot != ht::schedule::Slot::GradAllReduce)
+        comm.push_back(i);
+    REQUIRE(comm.size() >= 2);
+    std::swap(issue[comm[0]], issue[comm[1]]);
+    auto ex = host_ex("*E", plan);
+    CHECK_THAT(msg([&] { ex->step(exec::random_batches(2, 2, 2, 6, cfg().vocab_size, 1)); }), Catch::Contains("deadlock"));
+  }
+  // Batches of the wrong shape.
+  auto ex = host_ex("*E", plan_of("*E", 2, 1, false, false));
+  CHECK_THAT(msg([&] { ex->step(exec::random_batches(1, 1, 2, 6, cfg().vocab_size, 1)); }), Catch::Contains("ranks"));
+  CHECK_THAT(msg([&] { ex->step(exec::random_batches(2, 2, 2, 6, cfg().vocab_size, 1)); }),
+             Catch::Contains("microbatches"));
+}

@@ -29,6 +29,9 @@ class DeviceExecutor {
   // device per rank (streams compute 0, comm 1) on the device's clock, spans named as plan nodes.
   virtual exec::StepResult step(const std::vector<std::vector<Batch>>& batches) = 0;
   virtual void zero_grad() = 0;
+  // AdamW with global-norm clipping on every rank, on the device (exec::Executor::optimizer_step's
+  // order of the norm: on the host emulation its bits); returns the norm before clipping.
+  virtual double optimizer_step(const AdamWConfig& cfg) = 0;
   // The parameters rank r holds (non-expert ones and its experts) with values and gradients
   // downloaded; whether rank r owns `canonical`.
   virtual std::vector<ParamRef<float>> parameters(int rank) = 0;

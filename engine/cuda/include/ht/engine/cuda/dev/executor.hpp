@@ -27,6 +27,7 @@
 // refused with their reason.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -62,13 +63,13 @@ class DevExecutor {
     if (pattern.mtp_depths > 0)
       fail("MTP depths ('/" + pattern.mtp + "') do not run on the device executor yet (the device model runs them)");
     if (plan_.pp != 1 || plan_.vpp != 1)
-      fail("the device executor runs pp 1, vpp 1 (got pp " + std::to_string(plan_.pp) + ", vpp " +
+      fail("runs pp 1, vpp 1 only (got pp " + std::to_string(plan_.pp) + ", vpp " +
            std::to_string(plan_.vpp) + ")");
     if (plan_.dp != plan_.ep)
-      fail("the device executor runs DP = EP; got dp " + std::to_string(plan_.dp) + ", ep " + std::to_string(plan_.ep));
+      fail("runs DP = EP only; got dp " + std::to_string(plan_.dp) + ", ep " + std::to_string(plan_.ep));
     const int n = plan_.global_ranks();
     if (n != plan_.dp || n < 1 || n > kMaxRanks)
-      fail("the device executor runs 1 to " + std::to_string(kMaxRanks) + " ranks sharing the device; the plan has " +
+      fail("runs 1 to " + std::to_string(kMaxRanks) + " ranks sharing the device; the plan has " +
            std::to_string(n));
     const auto planned = patterns::parse(plan_.pattern);
     if (patterns::flatten(planned).flattened_symbols() != pattern.flattened_symbols() ||
@@ -156,6 +157,26 @@ class DevExecutor {
     const int e = expert_of(canonical);
     return e < 0 ? true : e / local_experts_ == r;
   }
+
+  // AdamW on every rank with one global-norm clip, as exec::Executor::optimizer_step: the norm is
+  // one float64 sum rank after rank in the model's parameter order, the non-expert gradients
+  // (equal on every rank after the all-reduce) from rank 0 only, experts from their owners; every
+  // rank then updates what it holds, so the non-expert copies stay equal. Returns the norm.
+  double optimizer_step(const AdamWConfig& cfg) {
+    D::set_stream(0);
+    D::synchronize_all();
+    if (adam_.size() != ranks_.size()) adam_.resize(ranks_.size());
+    double ss = 0;
+    for (std::size_t r = 0; r < ranks_.size(); ++r) {
+      const auto& refs = ranks_[r].params->refs();
+      ss = ranks_[r].params->sumsq_grads(ss, [&](std::size_t i) { return r == 0 || expert_of(refs[i].canonical) >= 0; });
+    }
+    const double norm = std::sqrt(ss);
+    const T clip = DevParams<D, T>::clip_factor(cfg, norm);
+    for (std::size_t r = 0; r < ranks_.size(); ++r) ranks_[r].params->adamw_apply(cfg, adam_[r], clip);
+    return norm;
+  }
+  std::int64_t optimizer_steps() const { return adam_.empty() ? 0 : adam_.front().step; }
 
  private:
   struct Layer {
@@ -599,6 +620,7 @@ class DevExecutor {
   int local_experts_ = 0;
   std::vector<Layer> layers_;
   std::vector<Rank> ranks_;
+  std::vector<AdamWState<T>> adam_;  // per rank, from the first optimizer_step
   std::vector<std::vector<Chunk>> chunks_;  // [rank][microbatch], during a step
   std::set<std::tuple<int, int, int, schedule::Slot>> has_w_;  // (rank, microbatch, layer, slot) with a W node
   std::vector<Mark> marks_;
@@ -623,6 +645,7 @@ class ExecutorOn final : public cuda::DeviceExecutor {
   const schedule::Plan& plan() const override { return ex_.plan(); }
   exec::StepResult step(const std::vector<std::vector<Batch>>& batches) override { return ex_.step(batches); }
   void zero_grad() override { ex_.zero_grad(); }
+  double optimizer_step(const AdamWConfig& cfg) override { return ex_.optimizer_step(cfg); }
   std::vector<ParamRef<float>> parameters(int rank) override { return ex_.parameters(rank); }
   bool owns(int rank, const std::string& canonical) const override { return ex_.owns(rank, canonical); }
 

@@ -120,6 +120,22 @@ class DevParams {
   // The norm: D::sumsq_acc continues one running float64 sum over the parameters in order -- the
   // CPU's order on the host emulation, a fixed tree per parameter on the GPU.
   double adamw_step(const AdamWConfig& cfg, AdamWState<T>& state) {
+    const double norm = std::sqrt(sumsq_grads(0.0, [](std::size_t) { return true; }));
+    adamw_apply(cfg, state, clip_factor(cfg, norm));
+    return norm;
+  }
+  // The pieces of adamw_step, for the device executor (whose norm sums over ranks): `ss` continued
+  // by the squared gradients of the parameters i with keep(i), in order.
+  template <class Keep>
+  double sumsq_grads(double ss, Keep&& keep) const {
+    for (std::size_t i = 0; i < grads_.size(); ++i)
+      if (keep(i)) ss = D::sumsq_acc(ss, grads_[i].get(), grads_[i].size());
+    return ss;
+  }
+  static T clip_factor(const AdamWConfig& cfg, double norm) {
+    return (cfg.clip_norm > 0 && norm > cfg.clip_norm) ? static_cast<T>(cfg.clip_norm / norm) : T(1);
+  }
+  void adamw_apply(const AdamWConfig& cfg, AdamWState<T>& state, T clip) {
     if (m_.size() != refs_.size()) {
       for (std::size_t i = m_.size(); i < refs_.size(); ++i) {
         Buf<D, T> m, v;
@@ -129,10 +145,6 @@ class DevParams {
         v_.push_back(std::move(v));
       }
     }
-    double ss = 0;
-    for (const auto& g : grads_) ss = D::sumsq_acc(ss, g.get(), g.size());
-    const double norm = std::sqrt(ss);
-    const T clip = (cfg.clip_norm > 0 && norm > cfg.clip_norm) ? static_cast<T>(cfg.clip_norm / norm) : T(1);
     ++state.step;
     const T b1 = static_cast<T>(cfg.beta1), b2 = static_cast<T>(cfg.beta2);
     const T bc1 = T(1) - static_cast<T>(std::pow(static_cast<double>(cfg.beta1), static_cast<double>(state.step)));
@@ -152,7 +164,6 @@ class DevParams {
         val[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + wd * val[i]);
       });
     }
-    return norm;
   }
   // The device moments into `state` (by canonical name, as adamw_step on the host keeps them), and
   // back: for checkpoints and resume.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -22,6 +23,7 @@
 #include "ht/traces/chrome.hpp"
 #include "ht/traces/overlap.hpp"
 #include "cuda_rows.hpp"
+#include "ht/engine/cuda/device_executor.hpp"
 #include "ht/engine/cuda/device_model.hpp"
 #include "model_flags.hpp"
 
@@ -69,6 +71,22 @@ struct TrainArgs {
 // faults and allocator growth (3-4x a later step); later single steps jitter by +-15 % on a
 // small shared machine, so a calibration or a comparison taken from the median step is the
 // representative one.
+//
+// --backend cuda|cuda-host: the same plan on the device EP executor (ranks sharing the device, a
+// compute stream each and one comm stream, AdamW on the device); no --link-* (the ranks copy on the
+// device) and the device executor's scope (PP 1, no MTP depths).
+//
+// What run_executor drives: the CPU executor or a device executor.
+struct StepRunner {
+  int ranks = 0, data_ranks = 0;
+  const schedule::Plan* plan = nullptr;
+  std::string device;
+  std::function<void()> zero_grad;
+  std::function<he::exec::StepResult(const std::vector<std::vector<he::Batch>>&)> step;
+  std::function<double(const he::AdamWConfig&)> optimizer_step;
+  he::exec::Owned owned;
+};
+
 int run_executor(TrainArgs a) {
   if (!a.resume.empty() || !a.checkpoint.empty() || !a.import_gpt.empty())
     throw UsageError("--checkpoint, --resume and --import-gpt train one model without the executor; drop --ep, "
@@ -79,21 +97,40 @@ int run_executor(TrainArgs a) {
   const schedule::ScheduleOptions so = a.schedule_flags.resolve(a.parallel, parsed.mtp_depths);
   const schedule::ModelDims dims = he::exec::schedule_dims(a.cfg, a.batch, a.seq);
   schedule::Plan plan = schedule::build_plan(parsed, dims, a.parallel, so);
-  he::exec::ExecutorOptions eo;
-  eo.link.bandwidth_gbps = a.link_gbps;
-  eo.link.latency_us = a.link_latency_us;
-  eo.comm_realtime = a.comm_priority == "realtime";
-  he::exec::Executor ex(parsed, a.cfg, a.seed, std::move(plan), eo);
-  const int ranks = ex.ranks(), data_ranks = ex.data_ranks(), mbs = a.parallel.microbatches;
+  std::unique_ptr<he::exec::Executor> cpu;
+  std::unique_ptr<he::cuda::DeviceExecutor> dev;
+  StepRunner ex;
+  if (a.backend == "cpu") {
+    he::exec::ExecutorOptions eo;
+    eo.link.bandwidth_gbps = a.link_gbps;
+    eo.link.latency_us = a.link_latency_us;
+    eo.comm_realtime = a.comm_priority == "realtime";
+    cpu = std::make_unique<he::exec::Executor>(parsed, a.cfg, a.seed, std::move(plan), eo);
+    auto& e = *cpu;
+    ex = {e.ranks(), e.data_ranks(), &e.plan(), "cpu", [&e] { e.zero_grad(); },
+          [&e](const auto& b) { return e.step(b); }, [&e](const auto& o) { return e.optimizer_step(o); },
+          he::exec::owned(e)};
+  } else {
+    if (a.link_gbps > 0 || a.link_latency_us > 0)
+      throw UsageError("--link-gbps and --link-latency-us throttle the CPU executor's in-process link; the device "
+                       "executor's ranks copy on the device (drop them with --backend " + a.backend + ")");
+    dev = a.backend == "cuda" ? he::cuda::make_cuda_executor(parsed, a.cfg, a.seed, std::move(plan))
+                              : he::cuda::make_host_executor(parsed, a.cfg, a.seed, std::move(plan));
+    auto& e = *dev;
+    ex = {e.ranks(), e.ranks(), &e.plan(), e.device(), [&e] { e.zero_grad(); },
+          [&e](const auto& b) { return e.step(b); }, [&e](const auto& o) { return e.optimizer_step(o); },
+          he::cuda::owned(e)};
+  }
+  const int ranks = ex.ranks, data_ranks = ex.data_ranks, mbs = a.parallel.microbatches;
   const auto corpus = he::load_corpus(a.data);
   std::size_t nparams = 0;
   for (int r = 0; r < ranks; ++r)
-    for (auto& p : ex.parameters(r))
-      if (ex.owns(r, p.canonical) && (r % data_ranks == 0 || p.canonical.find(".experts.") != std::string::npos))
+    for (auto& p : ex.owned.parameters(r))
+      if (ex.owned.owns(r, p.canonical) && (r % data_ranks == 0 || p.canonical.find(".experts.") != std::string::npos))
         nparams += p.value->size();
   if (!a.quiet)
     std::cerr << "train '" << parsed.text << "' on " << ranks << " ranks (EP " << a.parallel.ep << ", PP " << a.parallel.pp
-              << "), " << ex.plan().schedule << " ("
+              << ")" << (dev ? " sharing " + ex.device : std::string()) << ", " << ex.plan->schedule << " ("
               << (so.overlap ? "overlap" : "no overlap") << (so.delay_wgrad ? ", delayed wgrad" : "") << "), "
               << mbs << " microbatches of " << a.batch << " x " << a.seq << " bytes per data rank\n";
 
@@ -150,6 +187,7 @@ int run_executor(TrainArgs a) {
   traced.metadata["delay_wgrad"] = so.delay_wgrad ? "true" : "false";
   traced.metadata["step"] = std::to_string(traced_index + 1);
   traced.metadata["step_choice"] = a.trace_step;
+  traced.metadata["backend"] = a.backend;
   if (!a.trace.empty() && a.steps > 0) traces::write_chrome_trace(traced, a.trace);
   const traces::OverlapSummary sum = traces::summarize(traced);
   const double tokens_per_s = seconds > 0 ? static_cast<double>(a.steps * per_step) * a.batch * a.seq / seconds : 0.0;
@@ -158,7 +196,8 @@ int run_executor(TrainArgs a) {
     nlohmann::json j = {{"pattern", parsed.text},     {"parameters", nparams},
                         {"ep", a.parallel.ep},        {"pp", a.parallel.pp},
                         {"vpp", a.parallel.vpp},      {"microbatches", mbs},
-                        {"schedule", ex.plan().schedule}, {"overlap", so.overlap},
+                        {"schedule", ex.plan->schedule}, {"overlap", so.overlap},
+                        {"backend", a.backend},       {"device", ex.device},
                         {"delay_wgrad", so.delay_wgrad},  {"steps", a.steps},
                         {"batch", a.batch},           {"seq", a.seq},
                         {"seed", a.seed},             {"data", corpus.source},
@@ -183,7 +222,8 @@ int run_executor(TrainArgs a) {
     std::cout << j.dump(2) << "\n";
   } else {
     std::cout << "pattern      " << parsed.text << "\n"
-              << "ranks        " << ranks << " (EP " << a.parallel.ep << ", PP " << a.parallel.pp << "), " << ex.plan().schedule << ", " << mbs << " microbatches\n"
+              << "ranks        " << ranks << " (EP " << a.parallel.ep << ", PP " << a.parallel.pp << "), " << ex.plan->schedule << ", " << mbs << " microbatches"
+              << (dev ? " on " + ex.device : std::string()) << "\n"
               << "parameters   " << nparams << "\n"
               << "data         " << corpus.source << " (" << corpus.bytes.size() << " bytes)\n";
     if (!losses.empty())
@@ -302,14 +342,12 @@ void pull_from_device(he::cuda::DeviceModel& device, he::AdamWState<float>& stat
 
 int run(TrainArgs a) {
   const bool on_device = a.backend != "cpu";
-  if (on_device && a.executor_flags())
-    throw UsageError("--backend " + a.backend + " trains one model on one device (sequential, no EP ranks yet); drop "
-                     "--ep, --pp, --vpp, --microbatches, --overlap, --delay-wgrad and --link-*");
   if (a.backend == "cuda" && !cuda_usable_or_say_why()) return 2;
   if (a.steps < 0) throw UsageError("--steps must be >= 0");
   if (a.trace_step != "median" && a.trace_step != "last" && std::stoll(a.trace_step) > a.steps)
     throw UsageError("--trace-step " + a.trace_step + " is past the last step (" + std::to_string(a.steps) + ")");
   if (!on_device && (a.executor_mode() || a.parallel.dp > 1)) return run_executor(std::move(a));
+  if (on_device && a.executor_flags()) return run_executor(std::move(a));  // the device EP executor
   if (on_device && a.parallel.dp > 1) return run_device_data_parallel(a);
   he::AdamWState<float> state;
   std::int64_t start_step = 0;
@@ -447,8 +485,9 @@ const Registration reg{{
       sub.add_flag("--json", a->json_out, "print one JSON object instead of the summary");
       sub.add_flag("--quiet", a->quiet, "no per-step progress on stderr");
       sub.add_option("--backend", a->backend,
-                     "cpu; cuda: forward/backward on the GPU (one device, sequential); cuda-host: the same CUDA "
-                     "layer code on the host emulation (no GPU)")
+                     "cpu; cuda: forward/backward and AdamW on the GPU (one model, --dp replicas, or with --ep "
+                     "and the other schedule flags EP ranks sharing the GPU); cuda-host: the same CUDA code on "
+                     "the host emulation (no GPU)")
           ->check(CLI::IsMember({"cpu", "cuda", "cuda-host"}))
           ->capture_default_str();
       add_parallel_flags(sub, a->parallel);

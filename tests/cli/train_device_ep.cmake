@@ -1,0 +1,53 @@
+# `train --backend cuda-host --ep N` (the device EP executor on the host emulation, no GPU):
+# on a pattern without SwiGLU layers its losses over 3 AdamW steps are the CPU executor's, digit
+# for digit; with MoE the overlapped plan gives the sequential plan's losses digit for digit and
+# --trace writes its timeline; --link-* (the CPU executor's throttle) is refused in one line.
+set(args --ep 2 --microbatches 2 --steps 3 --batch 2 --seq 16 --json --quiet)
+foreach(backend cpu cuda-host)
+  execute_process(COMMAND ${BIN} train --backend ${backend} --pattern "[MG]*" ${args}
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "train --backend ${backend} --ep 2: exit ${rc}: ${err}")
+  endif()
+  string(JSON losses_${backend} GET "${out}" losses)
+  string(JSON device_${backend} GET "${out}" device)
+endforeach()
+string(JSON n LENGTH "${losses_cpu}")
+if(NOT n EQUAL 3 OR NOT losses_cpu STREQUAL losses_cuda-host)
+  message(FATAL_ERROR "losses differ: cpu executor ${losses_cpu} vs device executor ${losses_cuda-host}")
+endif()
+if(NOT device_cuda-host STREQUAL "host emulation" OR NOT device_cpu STREQUAL "cpu")
+  message(FATAL_ERROR "devices ${device_cpu} / ${device_cuda-host}")
+endif()
+
+set(moe --backend cuda-host --pattern "M[*E]-" --ep 2 --microbatches 3 --steps 2 --batch 2 --seq 16 --json --quiet)
+file(REMOVE "${WORK}/device_ep_trace.json")
+execute_process(COMMAND ${BIN} train ${moe} --overlap --trace "${WORK}/device_ep_trace.json"
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "cuda-host --overlap: exit ${rc}: ${err}")
+endif()
+string(JSON overlapped GET "${out}" losses)
+string(JSON schedule GET "${out}" schedule)
+execute_process(COMMAND ${BIN} train ${moe} --no-overlap RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "cuda-host --no-overlap: exit ${rc}: ${err}")
+endif()
+string(JSON sequential GET "${out}" losses)
+if(NOT overlapped STREQUAL sequential)
+  message(FATAL_ERROR "device executor: overlapped (${schedule}) ${overlapped} vs sequential ${sequential}")
+endif()
+file(READ "${WORK}/device_ep_trace.json" trace)
+string(JSON events LENGTH "${trace}" traceEvents)
+string(FIND "${trace}" "dispatch" at)
+if(events LESS 10 OR at LESS 0)
+  message(FATAL_ERROR "the trace has ${events} events and no dispatch span")
+endif()
+
+execute_process(COMMAND ${BIN} train --backend cuda-host --ep 2 --link-gbps 1 --steps 1
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+string(STRIP "${err}" err)
+string(FIND "${err}" "\n" newline)
+if(rc EQUAL 0 OR NOT newline EQUAL -1 OR NOT err MATCHES "--link-gbps")
+  message(FATAL_ERROR "--link-gbps on the device: exit ${rc}, stderr '${err}'")
+endif()

@@ -7,6 +7,8 @@
 
 #include <cstddef>
 #include <map>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include <cublas_v2.h>
@@ -123,11 +125,22 @@ struct CudaContext {
     }
   }
 
+  // The process's device: 0 unless a process group chose another (select_device) before the
+  // context was made; the context and its streams live on that one device.
+  static inline int device_index = 0;
+  static inline bool made = false;
+  static void select_device(int device) {
+    if (made && device != device_index)
+      throw std::runtime_error("CUDA context already made on device " + std::to_string(device_index) +
+                               ", cannot move to device " + std::to_string(device));
+    device_index = device;
+  }
   static CudaContext& get() {
     static CudaContext* ctx = [] {
       auto* c = new CudaContext;
-      cuda::check(cudaSetDevice(0), "cudaSetDevice");
+      cuda::check(cudaSetDevice(device_index), "cudaSetDevice");
       c->at(0);
+      made = true;
       return c;
     }();
     return *ctx;

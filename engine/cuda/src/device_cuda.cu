@@ -44,9 +44,12 @@ std::unique_ptr<DataParallelModel> make_cuda_data_parallel(const patterns::Parse
 std::unique_ptr<DeviceExecutor> make_cuda_executor(const patterns::ParsedPattern& p, const ModelConfig& cfg,
                                                    std::uint64_t seed, schedule::Plan plan, DeviceExecutorOptions options) {
   const std::string name = usable_gpu_or_throw();
-  const int ranks = plan.global_ranks();
+  if (options.group && options.group->name() != "nccl")
+    throw std::runtime_error("the GPU's ranks exchange device memory over NCCL, not " + options.group->name());
+  const int ranks = plan.global_ranks() / (options.group ? options.group->processes() : 1);
   return std::make_unique<::ht::engine::dev::ExecutorOn<::ht::engine::dev::Cuda>>(
-      p, cfg, seed, std::move(plan), options, "cuda:" + name + " (" + std::to_string(ranks) + " ranks sharing it)");
+      p, cfg, seed, std::move(plan), options,
+      "cuda:" + name + " (" + std::to_string(ranks) + " ranks sharing it)" + process_note(options));
 }
 
 double measure_gemm_tflops_cuda(int n, int reps) {

@@ -1,6 +1,8 @@
 // The host emulation of the device (dev::Host): the CUDA layers and the device model run on the
 // CPU. Built on every machine, so the GPU's layer and model code is tested without a GPU.
 #include <memory>
+#include <stdexcept>
+#include <string>
 
 #include "ht/engine/cuda/dev/compare.hpp"
 #include "ht/engine/cuda/dev/data_parallel.hpp"
@@ -27,8 +29,10 @@ std::unique_ptr<DataParallelModel> make_host_data_parallel(const patterns::Parse
 
 std::unique_ptr<DeviceExecutor> make_host_executor(const patterns::ParsedPattern& p, const ModelConfig& cfg,
                                                    std::uint64_t seed, schedule::Plan plan, DeviceExecutorOptions options) {
-  return std::make_unique<::ht::engine::dev::ExecutorOn<::ht::engine::dev::Host>>(p, cfg, seed, std::move(plan), options,
-                                                                                  "host emulation");
+  if (options.group && options.group->name() != "mpi")
+    throw std::runtime_error("the host emulation's ranks exchange host memory over MPI, not " + options.group->name());
+  return std::make_unique<::ht::engine::dev::ExecutorOn<::ht::engine::dev::Host>>(
+      p, cfg, seed, std::move(plan), options, "host emulation" + process_note(options));
 }
 
 double measure_gemm_tflops_host(int n, int reps) { return ::ht::engine::dev::measure_gemm_tflops<::ht::engine::dev::Host>(n, reps); }

@@ -6,6 +6,7 @@
 #include "ht/engine/cuda/device_executor.hpp"
 #include "ht/engine/cuda/device_model.hpp"
 #include "ht/engine/cuda/layer_compare.hpp"
+#include "ht/engine/cuda/process_group.hpp"
 #include "ht/engine/cuda_probe.hpp"
 
 namespace ht::engine {
@@ -30,6 +31,9 @@ std::unique_ptr<DataParallelModel> make_cuda_data_parallel(const patterns::Parse
 }
 std::unique_ptr<DeviceExecutor> make_cuda_executor(const patterns::ParsedPattern&, const ModelConfig&, std::uint64_t,
                                                    schedule::Plan, DeviceExecutorOptions) {
+  throw std::runtime_error("this build has no CUDA backend (nvcc not found, or HT_ENABLE_CUDA=OFF, at configure time)");
+}
+std::unique_ptr<ProcessGroup> make_nccl_group() {
   throw std::runtime_error("this build has no CUDA backend (nvcc not found, or HT_ENABLE_CUDA=OFF, at configure time)");
 }
 std::unique_ptr<DeviceModel> make_cuda_device_model(HybridModel<float>&) {

@@ -4,6 +4,9 @@
 // stream (device-side copies between the ranks' buffers). Two devices, as for DeviceModel: the GPU
 // (CUDA builds) and the host emulation, which runs the same code on the CPU.
 //
+// Several processes (mpirun) each run a block of the ranks through a ProcessGroup: NCCL between
+// GPUs, MPI on the host emulation; the results equal one process's bit for bit.
+//
 // Scope: PP = 1, VPP = 1, DP = EP, no MTP depths, up to 8 ranks; other plans are refused with an
 // EngineError(BadConfig) that names the reason.
 #pragma once
@@ -14,6 +17,7 @@
 #include <vector>
 
 #include "ht/engine/cuda/device_model.hpp"
+#include "ht/engine/cuda/process_group.hpp"
 #include "ht/engine/exec/compare.hpp"
 #include "ht/engine/exec/executor.hpp"
 
@@ -24,6 +28,9 @@ class DeviceExecutor {
   virtual ~DeviceExecutor() = default;
   virtual std::string device() const = 0;
   virtual int ranks() const = 0;
+  // Whether rank r runs in this process (with a process group, a block of ranks per process; every
+  // rank without one). parameters() answers for those only; step() returns every rank's losses.
+  virtual bool local(int rank) const = 0;
   virtual const schedule::Plan& plan() const = 0;
   // As exec::Executor::step: batches[rank][microbatch]; gradients accumulate; the timeline has one
   // device per rank (streams compute 0, comm 1) on the device's clock, spans named as plan nodes.
@@ -42,7 +49,17 @@ struct DeviceExecutorOptions {
   // Test-only fault injection: the combine's backward does not pass the gradient to the MoE
   // residual (as exec::ExecutorOptions::test_drop_residual_grad). Equivalence checks must catch it.
   bool test_drop_residual_grad = false;
+  // The processes that share the ranks (process_group.hpp; not owned): each runs a contiguous block
+  // of them. None: every rank runs in this process.
+  ProcessGroup* group = nullptr;
 };
+
+// ", process p of P (name)" with a process group, else nothing: the device names' suffix.
+inline std::string process_note(const DeviceExecutorOptions& o) {
+  if (!o.group) return {};
+  return ", process " + std::to_string(o.group->process()) + " of " + std::to_string(o.group->processes()) + " (" +
+         o.group->name() + ")";
+}
 
 std::unique_ptr<DeviceExecutor> make_host_executor(const patterns::ParsedPattern& p, const ModelConfig& cfg,
                                                    std::uint64_t seed, schedule::Plan plan,
@@ -54,9 +71,10 @@ std::unique_ptr<DeviceExecutor> make_cuda_executor(const patterns::ParsedPattern
 using DeviceExecutorFactory = std::function<std::unique_ptr<DeviceExecutor>(
     const patterns::ParsedPattern&, const ModelConfig&, std::uint64_t, schedule::Plan, DeviceExecutorOptions)>;
 
+// What compare_owned reads: the ranks of this process only (the others hold nothing here).
 inline exec::Owned owned(DeviceExecutor& e) {
-  return {e.ranks(), [&e](int r) { return e.parameters(r); },
-          [&e](int r, const std::string& name) { return e.owns(r, name); }};
+  return {e.ranks(), [&e](int r) { return e.local(r) ? e.parameters(r) : std::vector<ParamRef<float>>{}; },
+          [&e](int r, const std::string& name) { return e.local(r) && e.owns(r, name); }};
 }
 
 // The executor rows of `verify --backend cuda|cuda-host` (ModelComparison rows):

@@ -23,6 +23,14 @@
 // order, as the CPU executor lays them out: on the host emulation the device executor equals it
 // bit for bit wherever the device layers equal the CPU's (every layer but SwiGLU's exp).
 //
+// Processes. With a process group (process_group.hpp: mpirun, NCCL on GPUs or MPI on the host
+// emulation) each of the P processes runs a contiguous block of n/P ranks: it walks only its
+// ranks' issue orders (after one walk over every rank's, so a plan that deadlocks fails on every
+// process alike), copies rows between its own ranks and sends or receives the rows of the others
+// in one fixed (owner, source, expert) order, and sums a gradient over the ranks in rank order from
+// the others' copies it received. The ranks' routing counts, losses and the clipping norm's running
+// sum go through the group too, so any split of the ranks over processes gives the bits of one.
+//
 // Scope: PP = 1, VPP = 1, DP = EP, no MTP depths, up to 8 ranks; the plan's other shapes are
 // refused with their reason.
 #pragma once
@@ -39,6 +47,7 @@
 
 #include "ht/engine/cuda/dev/data_parallel.hpp"
 #include "ht/engine/cuda/dev/model.hpp"
+#include "ht/engine/cuda/process_group.hpp"
 #include "ht/engine/exec/executor.hpp"
 #include "ht/patterns/checkpoint.hpp"
 #include "ht/schedule/node_args.hpp"
@@ -56,6 +65,7 @@ class DevExecutor {
 
   struct Options {
     bool test_drop_residual_grad = false;  // device_executor.hpp's DeviceExecutorOptions
+    cuda::ProcessGroup* group = nullptr;   // the processes sharing the ranks; none: all ranks here
   };
   DevExecutor(const patterns::ParsedPattern& pattern, const ModelConfig& cfg, std::uint64_t seed, schedule::Plan plan,
               Options options = {})
@@ -71,6 +81,11 @@ class DevExecutor {
     if (n != plan_.dp || n < 1 || n > kMaxRanks)
       fail("runs 1 to " + std::to_string(kMaxRanks) + " ranks sharing the device; the plan has " +
            std::to_string(n));
+    const int procs = group() ? group()->processes() : 1;
+    if (n % procs != 0)
+      fail(std::to_string(procs) + " processes do not divide the plan's " + std::to_string(n) + " ranks");
+    local_n_ = n / procs;
+    first_ = (group() ? group()->process() : 0) * local_n_;
     const auto planned = patterns::parse(plan_.pattern);
     if (patterns::flatten(planned).flattened_symbols() != pattern.flattened_symbols() ||
         planned.logical_count() != pattern.logical_count())
@@ -96,11 +111,13 @@ class DevExecutor {
       layer.moe = last == 'E';
       layers_.push_back(std::move(layer));
     }
-    for (int r = 0; r < n; ++r) ranks_.push_back(build_rank(r, seed));
+    for (int r = 0; r < n; ++r) ranks_.push_back(local(r) ? build_rank(r, seed) : Rank{});
   }
   ~DevExecutor() { D::synchronize_all(); }
 
   int ranks() const { return static_cast<int>(ranks_.size()); }
+  // Whether rank r runs in this process (every rank without a process group).
+  bool local(int r) const { return r >= first_ && r < first_ + local_n_; }
   const schedule::Plan& plan() const { return plan_; }
 
   // One step: every rank runs every microbatch forward and backward in plan order, then the
@@ -113,7 +130,7 @@ class DevExecutor {
     weight_ = static_cast<T>(1.0 / tokens);  // the CPU executor's CE weight per token
     chunks_.clear();
     chunks_.resize(static_cast<std::size_t>(n));
-    for (int r = 0; r < n; ++r)
+    for (int r = first_; r < first_ + local_n_; ++r)
       for (int mb = 0; mb < mbs; ++mb)
         chunks_[static_cast<std::size_t>(r)].push_back(new_chunk(r, batches[static_cast<std::size_t>(r)][static_cast<std::size_t>(mb)]));
     has_w_.clear();
@@ -122,16 +139,22 @@ class DevExecutor {
     marks_.clear();
     run_plan();
 
-    exec::StepResult result;
-    result.loss.assign(static_cast<std::size_t>(n), std::vector<double>(static_cast<std::size_t>(mbs), 0.0));
-    for (int r = 0; r < n; ++r)
+    std::vector<double> mine;  // this process's ranks' losses, rank-major
+    for (int r = first_; r < first_ + local_n_; ++r)
       for (int mb = 0; mb < mbs; ++mb) {
         Chunk& cs = chunk(r, mb);
         double aux = 0;
         for (auto& layer : cs.layers)
           for (auto& blk : layer)
             aux += static_cast<double>(blk.branch->aux_loss()) + static_cast<double>(blk.branch->z_loss());
-        const double total = cs.loss + aux;
+        mine.push_back(cs.loss + aux);
+      }
+    const std::vector<double> all = gather(mine);
+    exec::StepResult result;
+    result.loss.assign(static_cast<std::size_t>(n), std::vector<double>(static_cast<std::size_t>(mbs), 0.0));
+    for (int r = 0; r < n; ++r)
+      for (int mb = 0; mb < mbs; ++mb) {
+        const double total = all.at(static_cast<std::size_t>(r * mbs + mb));
         result.loss[static_cast<std::size_t>(r)][static_cast<std::size_t>(mb)] = total;
         result.total += total;
       }
@@ -141,12 +164,15 @@ class DevExecutor {
   }
 
   void zero_grad() {
-    for (auto& rk : ranks_) rk.params->zero_grad();
+    for (auto& rk : ranks_)
+      if (rk.params) rk.params->zero_grad();
   }
 
   // The parameters rank r holds (every non-expert one, its experts), in the host model's order,
   // with their device values and gradients downloaded.
   std::vector<ParamRef<T>> parameters(int r) {
+    if (!local(r))
+      fail("rank " + std::to_string(r) + " runs in process " + std::to_string(r / local_n_) + ", not in this one");
     Rank& rk = ranks_.at(static_cast<std::size_t>(r));
     D::synchronize_all();
     rk.params->download_params();
@@ -161,19 +187,27 @@ class DevExecutor {
   // AdamW on every rank with one global-norm clip, as exec::Executor::optimizer_step: the norm is
   // one float64 sum rank after rank in the model's parameter order, the non-expert gradients
   // (equal on every rank after the all-reduce) from rank 0 only, experts from their owners; every
-  // rank then updates what it holds, so the non-expert copies stay equal. Returns the norm.
+  // rank then updates what it holds, so the non-expert copies stay equal. Across processes the
+  // running sum passes from process to process in rank order. Returns the norm.
   double optimizer_step(const AdamWConfig& cfg) {
     D::set_stream(0);
     D::synchronize_all();
     if (adam_.size() != ranks_.size()) adam_.resize(ranks_.size());
     double ss = 0;
-    for (std::size_t r = 0; r < ranks_.size(); ++r) {
-      const auto& refs = ranks_[r].params->refs();
-      ss = ranks_[r].params->sumsq_grads(ss, [&](std::size_t i) { return r == 0 || expert_of(refs[i].canonical) >= 0; });
+    const int procs = group() ? group()->processes() : 1, me = first_ / local_n_;
+    for (int q = 0; q < procs; ++q) {
+      if (q == me)
+        for (int r = first_; r < first_ + local_n_; ++r) {
+          const auto& refs = ranks_[static_cast<std::size_t>(r)].params->refs();
+          ss = ranks_[static_cast<std::size_t>(r)].params->sumsq_grads(
+              ss, [&](std::size_t i) { return r == 0 || expert_of(refs[i].canonical) >= 0; });
+        }
+      if (group()) ss = group()->all_gather({ss}).at(static_cast<std::size_t>(q));
     }
     const double norm = std::sqrt(ss);
     const T clip = DevParams<D, T>::clip_factor(cfg, norm);
-    for (std::size_t r = 0; r < ranks_.size(); ++r) ranks_[r].params->adamw_apply(cfg, adam_[r], clip);
+    for (int r = first_; r < first_ + local_n_; ++r)
+      ranks_[static_cast<std::size_t>(r)].params->adamw_apply(cfg, adam_[static_cast<std::size_t>(r)], clip);
     return norm;
   }
   std::int64_t optimizer_steps() const { return adam_.empty() ? 0 : adam_.front().step; }
@@ -218,8 +252,15 @@ class DevExecutor {
   Chunk& chunk(int r, int mb) {
     return chunks_.at(static_cast<std::size_t>(r)).at(static_cast<std::size_t>(mb));
   }
-  int compute_stream(int r) const { return 1 + r; }
-  int comm_stream() const { return 1 + ranks(); }
+  int compute_stream(int r) const { return 1 + r - first_; }
+  int comm_stream() const { return 1 + local_n_; }
+  cuda::ProcessGroup* group() const { return options_.group; }
+  int process_of(int r) const { return r / local_n_; }
+  // Every process's `mine`, in process order (this process's alone without a group).
+  std::vector<double> gather(const std::vector<double>& mine) {
+    D::set_stream(comm_stream());
+    return group() ? group()->all_gather(mine) : mine;
+  }
 
   Rank build_rank(int r, std::uint64_t seed) {
     Rank rk;
@@ -288,22 +329,24 @@ class DevExecutor {
   }
 
   // ---- the walk over the ranks' issue orders ----
-  void run_plan() {
-    const int n = ranks();
-    for (int r = 0; r < n; ++r)
-      if (plan_.ranks.at(static_cast<std::size_t>(r)).rank != r) fail("plan rank " + std::to_string(r) + " is misnumbered");
-    std::vector<std::size_t> pos(static_cast<std::size_t>(n), 0);
+  // Round robin over the issue orders of ranks [lo, hi): a compute node goes to on_compute when its
+  // rank reaches it, a collective to on_collective (with every member, in [lo, hi) or not) once
+  // each of its members in [lo, hi) reached it.
+  template <class OnCompute, class OnCollective>
+  void walk(int lo, int hi, OnCompute&& on_compute, OnCollective&& on_collective) {
+    const auto at = [](int r) { return static_cast<std::size_t>(r); };
+    std::vector<std::size_t> pos(static_cast<std::size_t>(ranks()), 0);
     std::map<int, std::set<int>> arrived;  // collective -> ranks waiting at it
     for (;;) {
       bool progress = false, done = true;
-      for (int r = 0; r < n; ++r) {
-        const auto& issue = plan_.ranks[static_cast<std::size_t>(r)].issue;
-        while (pos[static_cast<std::size_t>(r)] < issue.size()) {
-          const schedule::Node& node = plan_.node(issue[pos[static_cast<std::size_t>(r)]]);
+      for (int r = lo; r < hi; ++r) {
+        const auto& issue = plan_.ranks[at(r)].issue;
+        while (pos[at(r)] < issue.size()) {
+          const schedule::Node& node = plan_.node(issue[pos[at(r)]]);
           if (node.rank != r) fail("rank " + std::to_string(r) + " issues node " + node.label() + " of rank " + std::to_string(node.rank));
           if (node.stream == schedule::Stream::Compute) {
-            run_compute(node);
-            ++pos[static_cast<std::size_t>(r)];
+            on_compute(node);
+            ++pos[at(r)];
             progress = true;
             continue;
           }
@@ -313,19 +356,32 @@ class DevExecutor {
           } else {
             const auto& coll = plan_.collectives.at(static_cast<std::size_t>(node.collective));
             arrived[coll.id].insert(r);
-            if (arrived[coll.id].size() < coll.nodes.size()) break;  // wait for the others
-            for (int id : coll.nodes) members.push_back(&plan_.node(id));
+            std::size_t here = 0;
+            for (int id : coll.nodes) {
+              members.push_back(&plan_.node(id));
+              here += members.back()->rank >= lo && members.back()->rank < hi;
+            }
+            if (arrived[coll.id].size() < here) break;  // wait for the others
             arrived.erase(coll.id);
           }
-          run_collective(members);
-          for (const auto* m : members) ++pos[static_cast<std::size_t>(m->rank)];
+          on_collective(members);
+          for (const auto* m : members)
+            if (m->rank >= lo && m->rank < hi) ++pos[at(m->rank)];
           progress = true;
         }
-        done &= pos[static_cast<std::size_t>(r)] == issue.size();
+        done &= pos[at(r)] == issue.size();
       }
       if (done) break;
       if (!progress) fail("deadlock: the ranks wait at collectives the others never reach");
     }
+  }
+  void run_plan() {
+    const int n = ranks();
+    for (int r = 0; r < n; ++r)
+      if (plan_.ranks.at(static_cast<std::size_t>(r)).rank != r) fail("plan rank " + std::to_string(r) + " is misnumbered");
+    if (group()) walk(0, n, [](const schedule::Node&) {}, [](const std::vector<const schedule::Node*>&) {});
+    walk(first_, first_ + local_n_, [this](const schedule::Node& node) { run_compute(node); },
+         [this](const std::vector<const schedule::Node*>& members) { run_collective(members); });
     D::set_stream(0);
   }
 
@@ -444,15 +500,18 @@ class DevExecutor {
     if (first.slot == Slot::GradAllReduce) {
       if (first.symbols == "expert") fail("expert all-reduce (dp > ep) is not run");
       for (const auto* m : members)
-        for (auto& cs : chunks_.at(static_cast<std::size_t>(m->rank)))
-          if (cs.chained) D::wait(cs.last);
+        if (local(m->rank))
+          for (auto& cs : chunks_.at(static_cast<std::size_t>(m->rank)))
+            if (cs.chained) D::wait(cs.last);
       const Event begin = D::record();
       all_reduce(members);
       const Event end = D::record();
-      for (const auto* m : members) marks_.push_back({m->rank, m, begin, end});
       // Later nodes of every chain (none in a step's plan) would follow the all-reduce.
       for (const auto* m : members)
-        for (auto& cs : chunks_.at(static_cast<std::size_t>(m->rank))) cs.last = end, cs.chained = true;
+        if (local(m->rank)) {
+          marks_.push_back({m->rank, m, begin, end});
+          for (auto& cs : chunks_.at(static_cast<std::size_t>(m->rank))) cs.last = end, cs.chained = true;
+        }
       return;
     }
     if (first.slot != Slot::Dispatch && first.slot != Slot::Combine)
@@ -463,6 +522,7 @@ class DevExecutor {
       if (m->slot != first.slot || m->phase != first.phase || m->microbatch != first.microbatch || m->layer != first.layer)
         fail("all-to-all pairs " + first.label() + " with " + m->label());
       if (!layer_of(*m).moe) fail("node " + m->label() + " is a comm node of a dense layer");
+      if (!local(m->rank)) continue;
       Chunk& cs = chunk(m->rank, m->microbatch);
       if (cs.chained) D::wait(cs.last);
     }
@@ -477,12 +537,12 @@ class DevExecutor {
       exchange(mb, layer, true, false);
     } else if (first.phase == Phase::Forward) {
       exchange(mb, layer, false, false);
-      for (int r = 0; r < ranks(); ++r) {
+      for (int r = first_; r < first_ + local_n_; ++r) {
         Chunk& cs = chunk(r, mb);
         cs.layers[static_cast<std::size_t>(layer)].back().forward_part(2, cs.h, eps, cs.b, cs.t, c);
       }
     } else {
-      for (int r = 0; r < ranks(); ++r) {
+      for (int r = first_; r < first_ + local_n_; ++r) {
         Chunk& cs = chunk(r, mb);
         cs.layers[static_cast<std::size_t>(layer)].back().backward_part(0, cs.dh, cs.b, cs.t, c);
         if (options_.test_drop_residual_grad) cs.dh.assign_zero(cs.dh.size());
@@ -491,6 +551,7 @@ class DevExecutor {
     }
     const Event end = D::record();
     for (const auto* m : members) {
+      if (!local(m->rank)) continue;
       Chunk& cs = chunk(m->rank, mb);
       cs.last = end;
       cs.chained = true;
@@ -499,10 +560,15 @@ class DevExecutor {
   }
 
   // Rows per (source, local expert) from the sources' routing: each expert's rows, sources in rank
-  // order (exec/executor.cpp's EpLayout).
+  // order (exec/executor.cpp's EpLayout). The sources' counts come from every process.
   void dispatch_layout(int mb, int layer) {
-    const int n = ranks(), le_n = local_experts_;
-    for (int p = 0; p < n; ++p) {
+    const int n = ranks(), le_n = local_experts_, e_n = cfg_.num_experts;
+    std::vector<double> mine;
+    for (int s = first_; s < first_ + local_n_; ++s)
+      for (const int k : moe_of(s, mb, layer).cache().tokens_per_expert) mine.push_back(k);
+    const std::vector<double> routed = gather(mine);  // [source][expert]
+    if (routed.size() != static_cast<std::size_t>(n) * e_n) fail("routing counts of " + std::to_string(routed.size() / e_n) + " ranks for " + std::to_string(n));
+    for (int p = first_; p < first_ + local_n_; ++p) {
       MoeShardD<D, T>& sh = moe_of(p, mb, layer).shard();
       sh.counts.assign(static_cast<std::size_t>(n), std::vector<int>(static_cast<std::size_t>(le_n), 0));
       sh.offset = sh.counts;
@@ -510,7 +576,7 @@ class DevExecutor {
       for (int s = 0; s < n; ++s)
         for (int le = 0; le < le_n; ++le)
           sh.counts[static_cast<std::size_t>(s)][static_cast<std::size_t>(le)] =
-              moe_of(s, mb, layer).cache().tokens_per_expert.at(static_cast<std::size_t>(p * le_n + le));
+              static_cast<int>(routed[static_cast<std::size_t>(s * e_n + p * le_n + le)]);
       int row = 0;
       for (int le = 0; le < le_n; ++le) {
         sh.start[static_cast<std::size_t>(le)] = row;
@@ -522,16 +588,17 @@ class DevExecutor {
       sh.start.back() = row;
     }
   }
-  // The all-to-all's copies. Toward the experts: each source's permuted rows (forward: permuted_in;
-  // backward: d permuted_out) into the experts' owners (shard in / dout); back to the tokens: the
-  // experts' rows (forward: shard out; backward: shard din) to the ranks whose tokens they are, in
-  // their permuted order (permuted_out / d permuted_in). The copies are disjoint, so their order
-  // does not matter.
+  // The all-to-all's transfers. Toward the experts: each source's permuted rows (forward:
+  // permuted_in; backward: d permuted_out) into the experts' owners (shard in / dout); back to the
+  // tokens: the experts' rows (forward: shard out; backward: shard din) to the ranks whose tokens
+  // they are, in their permuted order (permuted_out / d permuted_in). Between two ranks of this
+  // process a device copy, else a send or a receive, posted in (owner, source, expert) order on
+  // both sides. The transfers are disjoint, so their order does not change a bit.
   void exchange(int mb, int layer, bool backward, bool toward_experts) {
     const int n = ranks(), le_n = local_experts_;
     const std::size_t c = static_cast<std::size_t>(cfg_.hidden);
     const auto idx = [](int i) { return static_cast<std::size_t>(i); };
-    for (int r = 0; r < n; ++r) {
+    for (int r = first_; r < first_ + local_n_; ++r) {
       if (toward_experts) {
         MoeShardD<D, T>& sh = moe_of(r, mb, layer).shard();
         (backward ? sh.dout : sh.in).resize(static_cast<std::size_t>(sh.rows()) * c);
@@ -540,35 +607,75 @@ class DevExecutor {
         (backward ? cache.dpi : cache.permuted_out).resize(static_cast<std::size_t>(cache.n) * cache.k * c);
       }
     }
+    if (group()) group()->begin();
     for (int p = 0; p < n; ++p) {
-      MoeShardD<D, T>& sh = moe_of(p, mb, layer).shard();
-      T* expert_rows = toward_experts ? (backward ? sh.dout : sh.in).get() : (backward ? sh.din : sh.out).get();
+      MoeShardD<D, T>* sh = local(p) ? &moe_of(p, mb, layer).shard() : nullptr;
+      T* expert_rows = !sh ? nullptr : toward_experts ? (backward ? sh->dout : sh->in).get() : (backward ? sh->din : sh->out).get();
       for (int s = 0; s < n; ++s) {
-        MoeCacheD<D, T>& cache = moe_of(s, mb, layer).cache();
-        T* token_rows = toward_experts ? (backward ? cache.dpo : cache.permuted_in).get()
-                                       : (backward ? cache.dpi : cache.permuted_out).get();
+        if (!sh && !local(s)) continue;
+        MoeCacheD<D, T>* cache = local(s) ? &moe_of(s, mb, layer).cache() : nullptr;
+        T* token_rows = !cache ? nullptr
+                        : toward_experts ? (backward ? cache->dpo : cache->permuted_in).get()
+                                         : (backward ? cache->dpi : cache->permuted_out).get();
         for (int le = 0; le < le_n; ++le) {
-          const auto cnt = static_cast<std::size_t>(sh.counts[idx(s)][idx(le)]);
-          const auto at = static_cast<std::size_t>(sh.offset[idx(s)][idx(le)]) * c;
-          const auto from = static_cast<std::size_t>(cache.expert_offset.at(idx(p * le_n + le))) * c;
-          if (toward_experts)
-            D::copy(expert_rows + at, token_rows + from, cnt * c);
-          else
-            D::copy(token_rows + from, expert_rows + at, cnt * c);
+          const auto cnt = static_cast<std::size_t>(sh ? sh->counts[idx(s)][idx(le)]
+                                                       : cache->tokens_per_expert.at(idx(p * le_n + le)));
+          if (cnt == 0) continue;
+          T* at = sh ? expert_rows + static_cast<std::size_t>(sh->offset[idx(s)][idx(le)]) * c : nullptr;
+          T* from = cache ? token_rows + static_cast<std::size_t>(cache->expert_offset.at(idx(p * le_n + le))) * c : nullptr;
+          if (sh && cache) {
+            if (toward_experts) D::copy(at, from, cnt * c);
+            else D::copy(from, at, cnt * c);
+          } else if (sh) {  // the source is another process's
+            if (toward_experts) group()->recv(at, cnt * c, process_of(s));
+            else group()->send(at, cnt * c, process_of(s));
+          } else {  // the owner is another process's
+            if (toward_experts) group()->send(from, cnt * c, process_of(p));
+            else group()->recv(from, cnt * c, process_of(p));
+          }
         }
       }
     }
+    if (group()) group()->end();
   }
   // Non-expert gradients: every rank's copy becomes the sum in rank order (the CPU executor's
-  // all-reduce), one thread per element reading every rank's buffer.
+  // all-reduce), one thread per element reading every rank's buffer: this process's ranks' own,
+  // the other processes' ranks' received (each process sends its ranks' copies to every other).
   void all_reduce(const std::vector<const schedule::Node*>& members) {
     if (members.size() < 2) return;
-    DevParams<D, T>& first = *ranks_[static_cast<std::size_t>(members.front()->rank)].params;
-    for (std::size_t i = 0; i < first.count(); ++i) {
-      if (expert_of(first.refs()[i].canonical) >= 0) continue;
+    DevParams<D, T>& first = *ranks_[static_cast<std::size_t>(first_)].params;
+    std::vector<std::size_t> shared;  // the non-expert parameters, by index
+    for (std::size_t i = 0; i < first.count(); ++i)
+      if (expert_of(first.refs()[i].canonical) < 0) shared.push_back(i);
+    std::vector<std::vector<Buf<D, T>>> received(members.size());  // [member][shared index]
+    if (group()) {
+      const int procs = group()->processes(), me = group()->process();
+      group()->begin();
+      for (std::size_t m = 0; m < members.size(); ++m) {
+        const int q = members[m]->rank;
+        for (std::size_t k = 0; k < shared.size(); ++k) {
+          const std::size_t i = shared[k];
+          if (local(q)) {
+            for (int pr = 0; pr < procs; ++pr)
+              if (pr != me) group()->send(ranks_[static_cast<std::size_t>(q)].params->grad_at(i), first.size_at(i), pr);
+          } else {
+            received[m].emplace_back(first.size_at(i));
+            group()->recv(received[m].back().get(), first.size_at(i), process_of(q));
+          }
+        }
+      }
+      group()->end();
+    }
+    for (std::size_t k = 0; k < shared.size(); ++k) {
+      const std::size_t i = shared[k];
       RankBuffers ptrs{};
       for (std::size_t m = 0; m < members.size(); ++m) {
-        DevParams<D, T>& pm = *ranks_[static_cast<std::size_t>(members[m]->rank)].params;
+        const int q = members[m]->rank;
+        if (!local(q)) {
+          ptrs.g[m] = received[m][k].get();
+          continue;
+        }
+        DevParams<D, T>& pm = *ranks_[static_cast<std::size_t>(q)].params;
         if (pm.refs()[i].canonical != first.refs()[i].canonical) fail("ranks hold different non-expert parameters");
         ptrs.g[m] = pm.grad_at(i);
       }
@@ -582,7 +689,7 @@ class DevExecutor {
     t.metadata["device_executor"] = D::kName;
     t.metadata["schedule"] = plan_.schedule;
     t.metadata["pattern"] = plan_.pattern;
-    for (int r = 0; r < ranks(); ++r) {
+    for (int r = first_; r < first_ + local_n_; ++r) {
       t.streams.push_back({r, 0, "compute", traces::Role::Compute});
       t.streams.push_back({r, 1, "comm", traces::Role::Comm});
     }
@@ -618,10 +725,11 @@ class DevExecutor {
   schedule::Plan plan_;
   Options options_;
   int local_experts_ = 0;
+  int first_ = 0, local_n_ = 1;  // this process's ranks: [first_, first_ + local_n_)
   std::vector<Layer> layers_;
   std::vector<Rank> ranks_;
   std::vector<AdamWState<T>> adam_;  // per rank, from the first optimizer_step
-  std::vector<std::vector<Chunk>> chunks_;  // [rank][microbatch], during a step
+  std::vector<std::vector<Chunk>> chunks_;  // [rank][microbatch] (this process's ranks), during a step
   std::set<std::tuple<int, int, int, schedule::Slot>> has_w_;  // (rank, microbatch, layer, slot) with a W node
   std::vector<Mark> marks_;
   T weight_ = 0;
@@ -639,9 +747,10 @@ class ExecutorOn final : public cuda::DeviceExecutor {
  public:
   ExecutorOn(const patterns::ParsedPattern& p, const ModelConfig& cfg, std::uint64_t seed, schedule::Plan plan,
              cuda::DeviceExecutorOptions options, std::string device)
-      : ex_(p, cfg, seed, std::move(plan), {options.test_drop_residual_grad}), device_(std::move(device)) {}
+      : ex_(p, cfg, seed, std::move(plan), {options.test_drop_residual_grad, options.group}), device_(std::move(device)) {}
   std::string device() const override { return device_; }
   int ranks() const override { return ex_.ranks(); }
+  bool local(int rank) const override { return ex_.local(rank); }
   const schedule::Plan& plan() const override { return ex_.plan(); }
   exec::StepResult step(const std::vector<std::vector<Batch>>& batches) override { return ex_.step(batches); }
   void zero_grad() override { ex_.zero_grad(); }

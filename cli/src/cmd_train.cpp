@@ -25,6 +25,7 @@
 #include "cuda_rows.hpp"
 #include "ht/engine/cuda/device_executor.hpp"
 #include "ht/engine/cuda/device_model.hpp"
+#include "ht/engine/cuda/process_group.hpp"
 #include "model_flags.hpp"
 
 namespace ht::cli {
@@ -87,6 +88,17 @@ struct StepRunner {
   he::exec::Owned owned;
 };
 
+// --trace of process p > 0 under mpirun: the name with ".proc<p>" before its extension (process 0
+// writes the name given).
+std::string process_trace_path(const std::string& path, const he::cuda::ProcessGroup* group) {
+  if (!group || group->process() == 0) return path;
+  const auto slash = path.find_last_of('/');
+  const auto dot = path.find_last_of('.');
+  const bool ext = dot != std::string::npos && (slash == std::string::npos || dot > slash + 1);
+  const std::string tag = ".proc" + std::to_string(group->process());
+  return ext ? path.substr(0, dot) + tag + path.substr(dot) : path + tag;
+}
+
 int run_executor(TrainArgs a) {
   if (!a.resume.empty() || !a.checkpoint.empty() || !a.import_gpt.empty())
     throw UsageError("--checkpoint, --resume and --import-gpt train one model without the executor; drop --ep, "
@@ -97,6 +109,13 @@ int run_executor(TrainArgs a) {
   const schedule::ScheduleOptions so = a.schedule_flags.resolve(a.parallel, parsed.mtp_depths);
   const schedule::ModelDims dims = he::exec::schedule_dims(a.cfg, a.batch, a.seq);
   schedule::Plan plan = schedule::build_plan(parsed, dims, a.parallel, so);
+  // Under mpirun the device executor's ranks are split over the processes: NCCL between GPUs, MPI
+  // on the host emulation. Process 0 reports; every process writes its ranks' trace.
+  std::unique_ptr<he::cuda::ProcessGroup> group;
+  if (he::cuda::launch_from_env().size > 1)
+    group = a.backend == "cuda" ? he::cuda::make_nccl_group() : he::cuda::make_mpi_group();
+  const bool lead = !group || group->process() == 0;
+  if (!lead) a.quiet = true;
   std::unique_ptr<he::exec::Executor> cpu;
   std::unique_ptr<he::cuda::DeviceExecutor> dev;
   StepRunner ex;
@@ -114,8 +133,10 @@ int run_executor(TrainArgs a) {
     if (a.link_gbps > 0 || a.link_latency_us > 0)
       throw UsageError("--link-gbps and --link-latency-us throttle the CPU executor's in-process link; the device "
                        "executor's ranks copy on the device (drop them with --backend " + a.backend + ")");
-    dev = a.backend == "cuda" ? he::cuda::make_cuda_executor(parsed, a.cfg, a.seed, std::move(plan))
-                              : he::cuda::make_host_executor(parsed, a.cfg, a.seed, std::move(plan));
+    he::cuda::DeviceExecutorOptions dev_opts;
+    dev_opts.group = group.get();
+    dev = a.backend == "cuda" ? he::cuda::make_cuda_executor(parsed, a.cfg, a.seed, std::move(plan), dev_opts)
+                              : he::cuda::make_host_executor(parsed, a.cfg, a.seed, std::move(plan), dev_opts);
     auto& e = *dev;
     ex = {e.ranks(), e.ranks(), &e.plan(), e.device(), [&e] { e.zero_grad(); },
           [&e](const auto& b) { return e.step(b); }, [&e](const auto& o) { return e.optimizer_step(o); },
@@ -128,6 +149,11 @@ int run_executor(TrainArgs a) {
     for (auto& p : ex.owned.parameters(r))
       if (ex.owned.owns(r, p.canonical) && (r % data_ranks == 0 || p.canonical.find(".experts.") != std::string::npos))
         nparams += p.value->size();
+  if (group) {  // every process counted its ranks' share
+    const auto shares = group->all_gather({static_cast<double>(nparams)});
+    nparams = 0;
+    for (const double n : shares) nparams += static_cast<std::size_t>(n);
+  }
   if (!a.quiet)
     std::cerr << "train '" << parsed.text << "' on " << ranks << " ranks (EP " << a.parallel.ep << ", PP " << a.parallel.pp
               << ")" << (dev ? " sharing " + ex.device : std::string()) << ", " << ex.plan->schedule << " ("
@@ -188,7 +214,12 @@ int run_executor(TrainArgs a) {
   traced.metadata["step"] = std::to_string(traced_index + 1);
   traced.metadata["step_choice"] = a.trace_step;
   traced.metadata["backend"] = a.backend;
-  if (!a.trace.empty() && a.steps > 0) traces::write_chrome_trace(traced, a.trace);
+  if (group) {
+    traced.metadata["process"] = std::to_string(group->process());
+    traced.metadata["processes"] = std::to_string(group->processes());
+  }
+  if (!a.trace.empty() && a.steps > 0) traces::write_chrome_trace(traced, process_trace_path(a.trace, group.get()));
+  if (!lead) return 0;
   const traces::OverlapSummary sum = traces::summarize(traced);
   const double tokens_per_s = seconds > 0 ? static_cast<double>(a.steps * per_step) * a.batch * a.seq / seconds : 0.0;
   const double final_loss = losses.empty() ? 0.0 : losses.back();
@@ -219,6 +250,7 @@ int run_executor(TrainArgs a) {
                                          {"hidden_fraction", sum.hidden_fraction}}},
                         {"config", he::config_to_json(a.cfg)}};
     if (!a.trace.empty()) j["trace"] = a.trace;
+    j["processes"] = group ? group->processes() : 1;
     std::cout << j.dump(2) << "\n";
   } else {
     std::cout << "pattern      " << parsed.text << "\n"
@@ -346,6 +378,10 @@ int run(TrainArgs a) {
   if (a.steps < 0) throw UsageError("--steps must be >= 0");
   if (a.trace_step != "median" && a.trace_step != "last" && std::stoll(a.trace_step) > a.steps)
     throw UsageError("--trace-step " + a.trace_step + " is past the last step (" + std::to_string(a.steps) + ")");
+  if (const auto launch = he::cuda::launch_from_env(); launch.size > 1 && !(on_device && a.executor_flags()))
+    throw UsageError("under mpirun (" + std::to_string(launch.size) + " processes) train splits the device executor's "
+                     "ranks over the processes: use --backend cuda or cuda-host with --ep (the CPU executor, one "
+                     "model and --dp run in one process)");
   if (!on_device && (a.executor_mode() || a.parallel.dp > 1)) return run_executor(std::move(a));
   if (on_device && a.executor_flags()) return run_executor(std::move(a));  // the device EP executor
   if (on_device && a.parallel.dp > 1) return run_device_data_parallel(a);
@@ -487,7 +523,8 @@ const Registration reg{{
       sub.add_option("--backend", a->backend,
                      "cpu; cuda: forward/backward and AdamW on the GPU (one model, --dp replicas, or with --ep "
                      "and the other schedule flags EP ranks sharing the GPU); cuda-host: the same CUDA code on "
-                     "the host emulation (no GPU)")
+                     "the host emulation (no GPU). Under mpirun -np P with --ep, each process runs EP/P of the "
+                     "ranks (cuda: one GPU per process on a node, NCCL; cuda-host: MPI)")
           ->check(CLI::IsMember({"cpu", "cuda", "cuda-host"}))
           ->capture_default_str();
       add_parallel_flags(sub, a->parallel);
@@ -503,7 +540,8 @@ const Registration reg{{
           ->group(x);
       sub.add_option("--link-latency-us", a->link_latency_us, "latency per message in microseconds (0 = none)")
           ->check(CLI::NonNegativeNumber)->group(x);
-      sub.add_option("--trace", a->trace, "write one step's measured timeline as Chrome-trace JSON")->group(x);
+      sub.add_option("--trace", a->trace, "write one step's measured timeline as Chrome-trace JSON (under mpirun, process p > 0 writes "
+                     "NAME.proc<p>.json with its ranks)")->group(x);
       sub.add_option("--trace-step", a->trace_step,
                      "which step --trace writes (and the summary reports): the median step after the first, the "
                      "last, or step N (1-based; the same N in two runs of one seed sees the same data)")

@@ -12,6 +12,7 @@
 #include "ht/engine/cuda/process_group.hpp"
 
 #ifdef HT_HAVE_MPI
+#include <dlfcn.h>
 #include <mpi.h>
 #endif
 
@@ -30,14 +31,16 @@ int env_int(const char* name, int fallback) {
 
 Launch launch_from_env() {
   Launch l;
-  for (const auto& [size, rank, local] : {std::tuple{"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"},
-                                          std::tuple{"PMI_SIZE", "PMI_RANK", "MPI_LOCALRANKID"},
-                                          std::tuple{"SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID"}}) {
+  for (const auto& [size, rank, local, local_size] :
+       {std::tuple{"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+        std::tuple{"PMI_SIZE", "PMI_RANK", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
+        std::tuple{"SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"}}) {
     const int s = env_int(size, 0);
     if (s < 1) continue;
     l.size = s;
     l.rank = env_int(rank, 0);
     l.local_rank = env_int(local, l.rank);
+    l.local_size = env_int(local_size, l.size);
     return l;
   }
   return l;
@@ -57,6 +60,13 @@ void check(int rc, const char* what) {
 class MpiGroup final : public ProcessGroup {
  public:
   MpiGroup() {
+    // SimGrid's library defines the MPI API too (SMPI); in a program that links both, MPI_Init must
+    // bind to the real MPI (cli/CMakeLists.txt orders the libraries), else it aborts in SMPI.
+    Dl_info where{};
+    if (dladdr(reinterpret_cast<void*>(&MPI_Init), &where) && where.dli_fname &&
+        std::string(where.dli_fname).find("simgrid") != std::string::npos)
+      throw std::runtime_error(std::string("MPI_Init binds to SimGrid's SMPI (") + where.dli_fname +
+                               "), not to MPI: link the MPI library ahead of SimGrid");
     int ready = 0;
     MPI_Initialized(&ready);
     if (!ready) {

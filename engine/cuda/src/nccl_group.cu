@@ -34,7 +34,14 @@ class NcclGroup final : public ProcessGroup {
     int count = 0;
     check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
     if (count < 1) throw std::runtime_error("nccl group: no CUDA device on this node");
-    dev::CudaContext::select_device(launch_from_env().local_rank % count);
+    // NCCL takes one GPU per process: ranks that share a GPU run in one process instead (--ep
+    // without mpirun), exchanging rows by device copies.
+    const Launch launch = launch_from_env();
+    if (launch.local_size > count)
+      throw std::runtime_error("nccl group: " + std::to_string(launch.local_size) + " processes on this node but " +
+                               std::to_string(count) + " GPU(s); NCCL needs one GPU per process (run the ranks "
+                               "sharing a GPU in one process: --ep without mpirun)");
+    dev::CudaContext::select_device(launch.local_rank % count);
     dev::CudaContext::get();
     // The unique id as bytes in doubles (exact), process 0's kept.
     ncclUniqueId id{};

@@ -41,9 +41,9 @@ class ProcessGroup {
 
 // The launcher's world as its environment describes it (OpenMPI, MPICH/PMI, Slurm): size 1 and
 // rank 0 when the process was not started by a launcher; local_rank is the process's place among
-// those of its node (which GPU it takes).
+// the local_size processes of its node (which GPU it takes).
 struct Launch {
-  int size = 1, rank = 0, local_rank = 0;
+  int size = 1, rank = 0, local_rank = 0, local_size = 1;
 };
 Launch launch_from_env();
 

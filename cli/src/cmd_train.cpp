@@ -63,6 +63,7 @@ struct TrainArgs {
            schedule_flags.delay_off || link_gbps > 0 || link_latency_us > 0;
   }
   bool executor_mode() const { return executor_flags() || !trace.empty(); }
+  int devices = 1;  // --devices: the device executor's ranks over this many devices of one process
 };
 
 // Executor mode: --batch sequences per microbatch on each EP rank, --microbatches per step, so a
@@ -112,8 +113,11 @@ int run_executor(TrainArgs a) {
   // Under mpirun the device executor's ranks are split over the processes: NCCL between GPUs, MPI
   // on the host emulation. Process 0 reports; every process writes its ranks' trace.
   std::unique_ptr<he::cuda::ProcessGroup> group;
-  if (he::cuda::launch_from_env().size > 1)
+  if (he::cuda::launch_from_env().size > 1) {
+    if (a.devices > 1)
+      throw UsageError("--devices drives several devices from one process; under mpirun each process takes one");
     group = a.backend == "cuda" ? he::cuda::make_nccl_group() : he::cuda::make_mpi_group();
+  }
   const bool lead = !group || group->process() == 0;
   if (!lead) a.quiet = true;
   std::unique_ptr<he::exec::Executor> cpu;
@@ -135,8 +139,15 @@ int run_executor(TrainArgs a) {
                        "executor's ranks copy on the device (drop them with --backend " + a.backend + ")");
     he::cuda::DeviceExecutorOptions dev_opts;
     dev_opts.group = group.get();
-    dev = a.backend == "cuda" ? he::cuda::make_cuda_executor(parsed, a.cfg, a.seed, std::move(plan), dev_opts)
-                              : he::cuda::make_host_executor(parsed, a.cfg, a.seed, std::move(plan), dev_opts);
+    const he::cuda::DeviceExecutorFactory make =
+        a.backend == "cuda" ? he::cuda::DeviceExecutorFactory(he::cuda::make_cuda_executor)
+                            : he::cuda::DeviceExecutorFactory(he::cuda::make_host_executor);
+    if (a.devices > 1)  // one process driving several devices, a thread each
+      dev = he::cuda::make_multi_device_executor(
+          make, a.backend == "cuda" ? he::cuda::make_nccl_fabric(a.devices) : he::cuda::make_host_fabric(a.devices),
+          parsed, a.cfg, a.seed, std::move(plan), dev_opts);
+    else
+      dev = make(parsed, a.cfg, a.seed, std::move(plan), dev_opts);
     auto& e = *dev;
     ex = {e.ranks(), e.ranks(), &e.plan(), e.device(), [&e] { e.zero_grad(); },
           [&e](const auto& b) { return e.step(b); }, [&e](const auto& o) { return e.optimizer_step(o); },
@@ -156,7 +167,7 @@ int run_executor(TrainArgs a) {
   }
   if (!a.quiet)
     std::cerr << "train '" << parsed.text << "' on " << ranks << " ranks (EP " << a.parallel.ep << ", PP " << a.parallel.pp
-              << ")" << (dev ? " sharing " + ex.device : std::string()) << ", " << ex.plan->schedule << " ("
+              << ")" << (dev ? " on " + ex.device : std::string()) << ", " << ex.plan->schedule << " ("
               << (so.overlap ? "overlap" : "no overlap") << (so.delay_wgrad ? ", delayed wgrad" : "") << "), "
               << mbs << " microbatches of " << a.batch << " x " << a.seq << " bytes per data rank\n";
 
@@ -251,6 +262,7 @@ int run_executor(TrainArgs a) {
                         {"config", he::config_to_json(a.cfg)}};
     if (!a.trace.empty()) j["trace"] = a.trace;
     j["processes"] = group ? group->processes() : 1;
+    j["devices"] = group ? group->processes() : a.devices;
     std::cout << j.dump(2) << "\n";
   } else {
     std::cout << "pattern      " << parsed.text << "\n"
@@ -382,6 +394,10 @@ int run(TrainArgs a) {
     throw UsageError("under mpirun (" + std::to_string(launch.size) + " processes) train splits the device executor's "
                      "ranks over the processes: use --backend cuda or cuda-host with --ep (the CPU executor, one "
                      "model and --dp run in one process)");
+  if (a.devices < 1) throw UsageError("--devices must be >= 1");
+  if (a.devices > 1 && !(on_device && a.executor_flags()))
+    throw UsageError("--devices splits the device executor's ranks over devices: use it with --backend cuda or "
+                     "cuda-host and --ep");
   if (!on_device && (a.executor_mode() || a.parallel.dp > 1)) return run_executor(std::move(a));
   if (on_device && a.executor_flags()) return run_executor(std::move(a));  // the device EP executor
   if (on_device && a.parallel.dp > 1) return run_device_data_parallel(a);
@@ -520,6 +536,10 @@ const Registration reg{{
       sub.add_option("--import-gpt", a->import_gpt, "initialise attention/MLP layers from a GPT safetensors file");
       sub.add_flag("--json", a->json_out, "print one JSON object instead of the summary");
       sub.add_flag("--quiet", a->quiet, "no per-step progress on stderr");
+      sub.add_option("--devices", a->devices,
+                     "with --backend cuda|cuda-host and --ep: split the ranks over N devices driven by this process, "
+                     "a thread each (cuda: GPUs 0..N-1, NCCL; cuda-host: N threads)")
+          ->capture_default_str();
       sub.add_option("--backend", a->backend,
                      "cpu; cuda: forward/backward and AdamW on the GPU (one model, --dp replicas, or with --ep "
                      "and the other schedule flags EP ranks sharing the GPU); cuda-host: the same CUDA code on "

@@ -1,7 +1,8 @@
 # `train --backend cuda-host --ep N` (the device EP executor on the host emulation, no GPU):
 # on a pattern without SwiGLU layers its losses over 3 AdamW steps are the CPU executor's, digit
 # for digit; with MoE the overlapped plan gives the sequential plan's losses digit for digit and
-# --trace writes its timeline; --link-* (the CPU executor's throttle) is refused in one line.
+# --trace writes its timeline; --link-* (the CPU executor's throttle) is refused in one line; --devices 2
+# (two devices of one process) gives one device's losses.
 set(args --ep 2 --microbatches 2 --steps 3 --batch 2 --seq 16 --json --quiet)
 foreach(backend cpu cuda-host)
   execute_process(COMMAND ${BIN} train --backend ${backend} --pattern "[MG]*" ${args}
@@ -50,4 +51,37 @@ string(STRIP "${err}" err)
 string(FIND "${err}" "\n" newline)
 if(rc EQUAL 0 OR NOT newline EQUAL -1 OR NOT err MATCHES "--link-gbps")
   message(FATAL_ERROR "--link-gbps on the device: exit ${rc}, stderr '${err}'")
+endif()
+
+# --devices 2: the EP 4 ranks over two devices of one process (threads of the host emulation), with
+# one device's losses digit for digit; its trace holds all four ranks; without --ep it is refused.
+set(ep4 --backend cuda-host --pattern "[*E]M[*E]" --ep 4 --microbatches 2 --steps 2 --batch 2 --seq 16 --json --quiet)
+execute_process(COMMAND ${BIN} train ${ep4} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "EP 4 on one device: exit ${rc}: ${err}")
+endif()
+string(JSON one_device GET "${out}" losses)
+file(REMOVE "${WORK}/devices_trace.json")
+execute_process(COMMAND ${BIN} train ${ep4} --devices 2 --trace "${WORK}/devices_trace.json"
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "EP 4 on --devices 2: exit ${rc}: ${err}")
+endif()
+string(JSON two_devices GET "${out}" losses)
+string(JSON devices GET "${out}" devices)
+string(JSON device GET "${out}" device)
+if(NOT one_device STREQUAL two_devices OR NOT devices EQUAL 2 OR NOT device MATCHES "2 devices driven by one process")
+  message(FATAL_ERROR "--devices 2: losses ${two_devices} vs ${one_device}, devices ${devices}, device '${device}'")
+endif()
+file(READ "${WORK}/devices_trace.json" trace)
+foreach(rank 0 1 2 3)
+  string(FIND "${trace}" "\"pid\":${rank}," at)
+  if(at LESS 0)
+    message(FATAL_ERROR "--devices 2: rank ${rank} is missing from the trace")
+  endif()
+endforeach()
+execute_process(COMMAND ${BIN} train --backend cuda-host --devices 2 --steps 1
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(rc EQUAL 0 OR NOT err MATCHES "error: --devices")
+  message(FATAL_ERROR "--devices without --ep: exit ${rc}, stderr '${err}'")
 endif()

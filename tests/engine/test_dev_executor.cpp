@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <set>
+#include <stdexcept>
 #include <string>
 
 #include "ht/engine/cuda/device_executor.hpp"
@@ -214,4 +216,100 @@ TEST_CASE("device executor refuses plans it does not run and deadlocking issue o
   CHECK_THAT(msg([&] { ex->step(exec::random_batches(1, 1, 2, 6, cfg().vocab_size, 1)); }), Catch::Contains("ranks"));
   CHECK_THAT(msg([&] { ex->step(exec::random_batches(2, 2, 2, 6, cfg().vocab_size, 1)); }),
              Catch::Contains("microbatches"));
+}
+
+namespace {
+
+// A device executor that fails in step() on fabric endpoint `bad`: the others then wait at a
+// transfer that never comes unless the fabric is aborted.
+class FailsOn final : public cuda::DeviceExecutor {
+ public:
+  FailsOn(std::unique_ptr<cuda::DeviceExecutor> inner, bool fail) : inner_(std::move(inner)), fail_(fail) {}
+  std::string device() const override { return inner_->device(); }
+  int ranks() const override { return inner_->ranks(); }
+  bool local(int r) const override { return inner_->local(r); }
+  const ht::schedule::Plan& plan() const override { return inner_->plan(); }
+  exec::StepResult step(const std::vector<std::vector<Batch>>& b) override {
+    if (fail_) throw std::runtime_error("injected failure on one device");
+    return inner_->step(b);
+  }
+  void zero_grad() override { inner_->zero_grad(); }
+  double optimizer_step(const AdamWConfig& c) override { return inner_->optimizer_step(c); }
+  std::vector<ParamRef<float>> parameters(int r) override { return inner_->parameters(r); }
+  bool owns(int r, const std::string& n) const override { return inner_->owns(r, n); }
+
+ private:
+  std::unique_ptr<cuda::DeviceExecutor> inner_;
+  bool fail_;
+};
+
+std::unique_ptr<cuda::DeviceExecutor> threads_ex(int devices, const std::string& text, const ht::schedule::Plan& plan,
+                                                 cuda::DeviceExecutorOptions o = {}) {
+  return cuda::make_multi_device_executor(cuda::make_host_executor, cuda::make_host_fabric(devices), pat::parse(text),
+                                          cfg(), 5, plan, o);
+}
+
+}  // namespace
+
+TEST_CASE("device executor driven as several devices by one process (a thread each) equals one device bit for bit",
+          "[engine][dev-executor]") {
+  struct Case {
+    int devices;
+    const char* pattern;
+    int ep, mbs;
+  };
+  for (const Case c : {Case{2, "M[*E]M[*E]-", 2, 3}, Case{2, "[*E]M[*E]", 4, 4}, Case{4, "[*E]M[*E]", 4, 2}}) {
+    INFO(c.devices << " devices, " << c.pattern << " EP " << c.ep);
+    const auto plan = plan_of(c.pattern, c.ep, c.mbs, true, true);
+    auto split = threads_ex(c.devices, c.pattern, plan);
+    auto one = host_ex(c.pattern, plan);
+    CHECK(split->device().find(std::to_string(c.devices) + " devices driven by one process (threads)") != std::string::npos);
+    AdamWConfig opt;
+    opt.lr = 1e-2f;
+    opt.clip_norm = 0.05f;
+    for (int step = 0; step < 3; ++step) {
+      const auto batches = exec::random_batches(c.ep, c.mbs, 2, 6, cfg().vocab_size, 50 + static_cast<std::uint64_t>(step));
+      split->zero_grad();
+      one->zero_grad();
+      const auto rs = split->step(batches), ro = one->step(batches);
+      CHECK(rs.loss == ro.loss);
+      CHECK(rs.timeline.spans.size() == ro.timeline.spans.size());
+      const auto g = exec::compare_owned(cuda::owned(*split), cuda::owned(*one), true);
+      CHECK(g.bitwise);
+      CHECK(g.missing.empty());
+      const double ns = split->optimizer_step(opt), no = one->optimizer_step(opt);
+      CHECK(std::memcmp(&ns, &no, sizeof ns) == 0);
+      CHECK(ns > opt.clip_norm);
+      const auto w = exec::compare_owned(cuda::owned(*split), cuda::owned(*one), false);
+      CHECK(w.bitwise);
+    }
+  }
+  SECTION("a dropped residual gradient on the devices is caught") {
+    const auto plan = plan_of("M[*E]-", 2, 2, true, false);
+    cuda::DeviceExecutorOptions bad_opts;
+    bad_opts.test_drop_residual_grad = true;
+    auto bad = threads_ex(2, "M[*E]-", plan, bad_opts);
+    auto good = host_ex("M[*E]-", plan);
+    const auto batches = exec::random_batches(2, 2, 2, 6, cfg().vocab_size, 8);
+    bad->step(batches);
+    good->step(batches);
+    const auto d = exec::compare_owned(cuda::owned(*bad), cuda::owned(*good), true);
+    CHECK_FALSE(d.bitwise);
+    CHECK(d.max_abs > 0);
+  }
+  SECTION("a split that does not divide the ranks is refused") {
+    const auto plan = plan_of("M[*E]-", 2, 2, true, false);
+    CHECK_THROWS_WITH(threads_ex(3, "M[*E]-", plan), Catch::Contains("3 processes do not divide the plan's 2 ranks"));
+  }
+  SECTION("one device failing mid-step stops the others instead of leaving them waiting") {
+    const auto plan = plan_of("M[*E]-", 2, 2, true, false);
+    const cuda::DeviceExecutorFactory make = [](const pat::ParsedPattern& p, const ModelConfig& c, std::uint64_t seed,
+                                               ht::schedule::Plan pl, cuda::DeviceExecutorOptions o) {
+      const bool fail = o.group->process() == 1;
+      return std::make_unique<FailsOn>(cuda::make_host_executor(p, c, seed, std::move(pl), o), fail);
+    };
+    auto ex = cuda::make_multi_device_executor(make, cuda::make_host_fabric(2), pat::parse("M[*E]-"), cfg(), 5, plan);
+    CHECK_THROWS_WITH(ex->step(exec::random_batches(2, 2, 2, 6, cfg().vocab_size, 9)),
+                      Catch::Contains("injected failure on one device"));
+  }
 }

@@ -50,7 +50,7 @@ __global__ inline void sum_partials(double* out, const double* partial, double a
 }
 
 // Streams, each with its own cuBLAS handle (pedantic FP32) and workspace, and a block cache per
-// stream: created on first use, kept for the process (the driver tears them down at exit). Stream
+// stream: created on first use, kept for the thread's life (the driver tears them down at exit). Stream
 // 0 is the default for everything; the device executor (dev/executor.hpp) selects one per rank
 // and one for the ranks' exchanges with Cuda::set_stream and orders them with events.
 //
@@ -125,25 +125,43 @@ struct CudaContext {
     }
   }
 
-  // The process's device: 0 unless a process group chose another (select_device) before the
-  // context was made; the context and its streams live on that one device.
-  static inline int device_index = 0;
-  static inline bool made = false;
+  // One context per host thread (a process drives several GPUs with a thread each), on the
+  // thread's device: 0 unless a process group chose another (select_device) before the context was
+  // made; the context and its streams live on that one device.
+  static inline thread_local int device_index = 0;
+  static inline thread_local bool made = false;
   static void select_device(int device) {
     if (made && device != device_index)
       throw std::runtime_error("CUDA context already made on device " + std::to_string(device_index) +
                                ", cannot move to device " + std::to_string(device));
     device_index = device;
   }
+  static inline thread_local CudaContext* instance = nullptr;
   static CudaContext& get() {
-    static CudaContext* ctx = [] {
-      auto* c = new CudaContext;
+    if (!instance) {
       cuda::check(cudaSetDevice(device_index), "cudaSetDevice");
-      c->at(0);
+      instance = new CudaContext;
+      instance->at(0);
       made = true;
-      return c;
-    }();
-    return *ctx;
+    }
+    return *instance;
+  }
+  // A device thread that is done (ThreadFabric::leave): its streams, handles, events and cached
+  // blocks are given back, after the device finished their work.
+  static void release_thread() {
+    if (!instance) return;
+    CudaContext* c = instance;
+    cudaDeviceSynchronize();
+    c->trim();
+    for (auto& s : c->streams) {
+      cublasDestroy(s.blas);
+      cudaFree(s.workspace);
+      cudaStreamDestroy(s.stream);
+    }
+    for (cudaEvent_t e : c->free_events) cudaEventDestroy(e);
+    delete c;
+    instance = nullptr;
+    made = false;
   }
 };
 

@@ -29,8 +29,9 @@ std::unique_ptr<DataParallelModel> make_host_data_parallel(const patterns::Parse
 
 std::unique_ptr<DeviceExecutor> make_host_executor(const patterns::ParsedPattern& p, const ModelConfig& cfg,
                                                    std::uint64_t seed, schedule::Plan plan, DeviceExecutorOptions options) {
-  if (options.group && options.group->name() != "mpi")
-    throw std::runtime_error("the host emulation's ranks exchange host memory over MPI, not " + options.group->name());
+  if (options.group && options.group->name() != "mpi" && options.group->name() != "threads")
+    throw std::runtime_error("the host emulation's ranks exchange host memory (MPI or threads), not over " +
+                             options.group->name());
   return std::make_unique<::ht::engine::dev::ExecutorOn<::ht::engine::dev::Host>>(
       p, cfg, seed, std::move(plan), options, "host emulation" + process_note(options));
 }

@@ -1,19 +1,23 @@
-// The NCCL process group of the GPU (process_group.hpp): one communicator over the launch's
-// processes, each on GPU (its rank on the node) mod (the node's GPU count). MPI (make_mpi_group)
-// only bootstraps it: process 0's ncclUniqueId reaches the others through one all-gather. Every
-// transfer runs on the device executor's current stream (its comm stream), so it is ordered after
-// the members' event chains like the one-device copies it replaces.
-// Compiled with NCCL and MPI when CMake found both (HT_HAVE_NCCL_GROUP); otherwise
-// make_nccl_group says what is missing.
+// NCCL on the GPU (process_group.hpp). make_nccl_group: one communicator over the launch's
+// processes, each on GPU (its rank on the node) mod (the node's GPU count); MPI (make_mpi_group)
+// only bootstraps it: process 0's ncclUniqueId reaches the others through one all-gather.
+// make_nccl_fabric: one process driving GPUs 0 .. n-1 with a thread each, a communicator per GPU
+// from one unique id (no MPI). Every transfer runs on the device executor's current stream (its comm
+// stream), so it is ordered after the members' event chains like the one-device copies it replaces.
+// Compiled with NCCL when CMake found it (HT_HAVE_NCCL; make_mpi_group says when the build has no MPI);
+// otherwise the factories say what is missing.
+#include <atomic>
 #include <exception>
 #include <memory>
+#include <mutex>
+#include <utility>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "ht/engine/cuda/process_group.hpp"
 
-#ifdef HT_HAVE_NCCL_GROUP
+#ifdef HT_HAVE_NCCL
 #include <nccl.h>
 
 #include "dev_cuda.cuh"
@@ -21,47 +25,30 @@
 
 namespace ht::engine::cuda {
 
-#ifdef HT_HAVE_NCCL_GROUP
+#ifdef HT_HAVE_NCCL
 namespace {
 
 void nccl_check(ncclResult_t rc, const char* what) {
   if (rc != ncclSuccess) throw std::runtime_error(std::string(what) + ": " + ncclGetErrorString(rc));
 }
 
+// One endpoint: a communicator of `n` ranks in which this one is `me`. With `boot` (the MPI group
+// that bootstrapped it) the endpoint owns the communicator; a fabric's endpoint does not (the
+// fabric destroys it when its thread leaves, or aborts it).
 class NcclGroup final : public ProcessGroup {
  public:
-  explicit NcclGroup(std::unique_ptr<ProcessGroup> boot) : boot_(std::move(boot)) {
-    int count = 0;
-    check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
-    if (count < 1) throw std::runtime_error("nccl group: no CUDA device on this node");
-    // NCCL takes one GPU per process: ranks that share a GPU run in one process instead (--ep
-    // without mpirun), exchanging rows by device copies.
-    const Launch launch = launch_from_env();
-    if (launch.local_size > count)
-      throw std::runtime_error("nccl group: " + std::to_string(launch.local_size) + " processes on this node but " +
-                               std::to_string(count) + " GPU(s); NCCL needs one GPU per process (run the ranks "
-                               "sharing a GPU in one process: --ep without mpirun)");
-    dev::CudaContext::select_device(launch.local_rank % count);
-    dev::CudaContext::get();
-    // The unique id as bytes in doubles (exact), process 0's kept.
-    ncclUniqueId id{};
-    if (boot_->process() == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
-    std::vector<double> mine(sizeof id.internal);
-    for (std::size_t i = 0; i < mine.size(); ++i) mine[i] = static_cast<unsigned char>(id.internal[i]);
-    const std::vector<double> all = boot_->all_gather(mine);
-    for (std::size_t i = 0; i < mine.size(); ++i) id.internal[i] = static_cast<char>(static_cast<unsigned char>(all[i]));
-    nccl_check(ncclCommInitRank(&comm_, boot_->processes(), id, boot_->process()), "ncclCommInitRank");
-  }
+  NcclGroup(ncclComm_t comm, int me, int n, std::unique_ptr<ProcessGroup> boot)
+      : comm_(comm), me_(me), n_(n), boot_(std::move(boot)) {}
   ~NcclGroup() override {
-    if (!comm_) return;
+    if (!boot_ || !comm_) return;
     if (std::uncaught_exceptions() == 0)
       ncclCommDestroy(comm_);
     else
       ncclCommAbort(comm_);
   }
   std::string name() const override { return "nccl"; }
-  int process() const override { return boot_->process(); }
-  int processes() const override { return boot_->processes(); }
+  int process() const override { return me_; }
+  int processes() const override { return n_; }
   void begin() override { nccl_check(ncclGroupStart(), "ncclGroupStart"); }
   void send(const float* data, std::size_t n, int peer) override {
     if (n) nccl_check(ncclSend(data, n, ncclFloat, peer, comm_, stream()), "ncclSend");
@@ -71,7 +58,7 @@ class NcclGroup final : public ProcessGroup {
   }
   void end() override { nccl_check(ncclGroupEnd(), "ncclGroupEnd"); }
   std::vector<double> all_gather(const std::vector<double>& mine) override {
-    const std::size_t n = mine.size(), p = static_cast<std::size_t>(processes());
+    const std::size_t n = mine.size(), p = static_cast<std::size_t>(n_);
     std::vector<double> all(n * p);
     if (n == 0) return all;
     double* in = dev::Cuda::alloc<double>(n);
@@ -86,16 +73,97 @@ class NcclGroup final : public ProcessGroup {
 
  private:
   static cudaStream_t stream() { return dev::CudaContext::get().stream(); }
-  std::unique_ptr<ProcessGroup> boot_;
   ncclComm_t comm_ = nullptr;
+  int me_ = 0, n_ = 1;
+  std::unique_ptr<ProcessGroup> boot_;
+};
+
+int device_count() {
+  int count = 0;
+  check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+  return count;
+}
+
+// GPUs 0 .. n-1 of this process, a thread each: one unique id, a communicator per device made on
+// its thread (ncclCommInitRank from every thread at once).
+class NcclFabric final : public ThreadFabric {
+ public:
+  explicit NcclFabric(int n) : n_(n), comms_(static_cast<std::size_t>(n), nullptr) {
+    const int count = device_count();
+    if (n < 1 || n > count)
+      throw std::runtime_error(std::to_string(n) + " devices asked of a process that sees " + std::to_string(count) + " GPU(s)");
+    nccl_check(ncclGetUniqueId(&id_), "ncclGetUniqueId");
+  }
+  int size() const override { return n_; }
+  std::unique_ptr<ProcessGroup> join(int i) override {
+    dev::CudaContext::select_device(i);
+    dev::CudaContext::get();
+    ncclComm_t comm = nullptr;
+    nccl_check(ncclCommInitRank(&comm, n_, id_, i), "ncclCommInitRank");
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      comms_[static_cast<std::size_t>(i)] = comm;
+    }
+    return std::make_unique<NcclGroup>(comm, i, n_, nullptr);
+  }
+  void leave(int i) override {
+    ncclComm_t comm = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      comm = std::exchange(comms_[static_cast<std::size_t>(i)], nullptr);
+    }
+    if (comm && !aborted_) ncclCommDestroy(comm);
+    dev::CudaContext::release_thread();
+  }
+  void abort() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    aborted_ = true;
+    for (ncclComm_t c : comms_)
+      if (c) ncclCommAbort(c);
+  }
+
+ private:
+  int n_;
+  ncclUniqueId id_{};
+  std::mutex mu_;
+  std::vector<ncclComm_t> comms_;
+  std::atomic<bool> aborted_{false};
 };
 
 }  // namespace
 
-std::unique_ptr<ProcessGroup> make_nccl_group() { return std::make_unique<NcclGroup>(make_mpi_group()); }
+std::unique_ptr<ProcessGroup> make_nccl_group() {
+  auto boot = make_mpi_group();
+  const int count = device_count();
+  if (count < 1) throw std::runtime_error("nccl group: no CUDA device on this node");
+  // NCCL takes one GPU per process: ranks that share a GPU run in one process instead (--ep
+  // without mpirun), exchanging rows by device copies.
+  const Launch launch = launch_from_env();
+  if (launch.local_size > count)
+    throw std::runtime_error("nccl group: " + std::to_string(launch.local_size) + " processes on this node but " +
+                             std::to_string(count) + " GPU(s); NCCL needs one GPU per process (run the ranks "
+                             "sharing a GPU in one process: --ep without mpirun)");
+  dev::CudaContext::select_device(launch.local_rank % count);
+  dev::CudaContext::get();
+  // The unique id as bytes in doubles (exact), process 0's kept.
+  ncclUniqueId id{};
+  if (boot->process() == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  std::vector<double> mine(sizeof id.internal);
+  for (std::size_t i = 0; i < mine.size(); ++i) mine[i] = static_cast<unsigned char>(id.internal[i]);
+  const std::vector<double> all = boot->all_gather(mine);
+  for (std::size_t i = 0; i < mine.size(); ++i) id.internal[i] = static_cast<char>(static_cast<unsigned char>(all[i]));
+  ncclComm_t comm = nullptr;
+  nccl_check(ncclCommInitRank(&comm, boot->processes(), id, boot->process()), "ncclCommInitRank");
+  const int me = boot->process(), n = boot->processes();
+  return std::make_unique<NcclGroup>(comm, me, n, std::move(boot));
+}
+std::unique_ptr<ThreadFabric> make_nccl_fabric(int devices) { return std::make_unique<NcclFabric>(devices); }
 #else
 std::unique_ptr<ProcessGroup> make_nccl_group() {
-  throw std::runtime_error("this build has no NCCL process group (it needs NCCL and MPI at configure time)");
+  throw std::runtime_error("this build has no NCCL (it was not found at configure time)");
+}
+std::unique_ptr<ThreadFabric> make_nccl_fabric(int) {
+  throw std::runtime_error("this build has no NCCL (it was not found at configure time)");
 }
 #endif
 

@@ -36,6 +36,9 @@ std::unique_ptr<DeviceExecutor> make_cuda_executor(const patterns::ParsedPattern
 std::unique_ptr<ProcessGroup> make_nccl_group() {
   throw std::runtime_error("this build has no CUDA backend (nvcc not found, or HT_ENABLE_CUDA=OFF, at configure time)");
 }
+std::unique_ptr<ThreadFabric> make_nccl_fabric(int) {
+  throw std::runtime_error("this build has no CUDA backend (nvcc not found, or HT_ENABLE_CUDA=OFF, at configure time)");
+}
 std::unique_ptr<DeviceModel> make_cuda_device_model(HybridModel<float>&) {
   throw std::runtime_error("this build has no CUDA backend (nvcc not found, or HT_ENABLE_CUDA=OFF, at configure time)");
 }

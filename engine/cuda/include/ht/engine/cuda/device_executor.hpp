@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -76,6 +77,18 @@ inline exec::Owned owned(DeviceExecutor& e) {
   return {e.ranks(), [&e](int r) { return e.local(r) ? e.parameters(r) : std::vector<ParamRef<float>>{}; },
           [&e](int r, const std::string& name) { return e.local(r) && e.owns(r, name); }};
 }
+
+// One process driving fabric->size() devices (GPUs 0 .. D-1 with make_nccl_fabric and
+// make_cuda_executor; threads of the host emulation with make_host_fabric and make_host_executor):
+// a worker thread per device runs the ranks of its block ([i n/D, (i+1) n/D)) with `make` and the
+// device's endpoint of the fabric; the result answers for every rank (local() is always true), its
+// step's losses are the whole step's and its timeline joins the devices' ranks (each device on its
+// own clock). Equal to one device's run bit for bit (the executor's process split).
+std::unique_ptr<DeviceExecutor> make_multi_device_executor(const DeviceExecutorFactory& make,
+                                                           std::unique_ptr<ThreadFabric> fabric,
+                                                           const patterns::ParsedPattern& p, const ModelConfig& cfg,
+                                                           std::uint64_t seed, schedule::Plan plan,
+                                                           DeviceExecutorOptions options = {});
 
 // The executor rows of `verify --backend cuda|cuda-host` (ModelComparison rows):
 //  device_overlap_vs_sequential    EP 2, 3 microbatches, combined 1F1B with and without delayed

@@ -47,6 +47,25 @@ struct Launch {
 };
 Launch launch_from_env();
 
+// One process driving several devices, a thread per device: endpoint i of the group belongs to the
+// thread that runs device i (and the ranks of block i). Each thread calls join(i) itself, all of
+// them concurrently (an NCCL communicator is made on its thread's device), and leave(i) when it is
+// done with the device. abort() -- when one thread failed -- wakes every thread that waits in a
+// transfer or an all-gather with an error instead of leaving it waiting.
+//   make_host_fabric(n)  the host emulation: rows copied between the threads' memory ("threads");
+//   make_nccl_fabric(n)  GPUs 0 .. n-1: one NCCL communicator per device, from one unique id
+//                        ("nccl"; no MPI needed).
+class ThreadFabric {
+ public:
+  virtual ~ThreadFabric() = default;
+  virtual int size() const = 0;
+  virtual std::unique_ptr<ProcessGroup> join(int i) = 0;
+  virtual void leave(int i) = 0;
+  virtual void abort() = 0;
+};
+std::unique_ptr<ThreadFabric> make_host_fabric(int threads);
+std::unique_ptr<ThreadFabric> make_nccl_fabric(int devices);
+
 // MPI_Init on construction (unless already initialised), MPI_Finalize on destruction -- not while
 // an exception unwinds: a process that fails exits without finalising, so the launcher ends the
 // job instead of leaving the other processes waiting.

@@ -26,7 +26,7 @@ namespace ht::engine::dev {
 
 struct Host {
   static constexpr const char* kName = "host";
-  static inline double gemm_flops = 0;  // 2 m n k of every GEMM issued (benchmarks read it)
+  static inline thread_local double gemm_flops = 0;  // 2 m n k of every GEMM this thread issued (benchmarks read it)
   // Fresh memory is poisoned (NaN, or -1 for indices), as cudaMalloc'd or cached device memory
   // holds garbage: layer code that reads what it never wrote fails the host tests instead of
   // reading the zeros a fresh host page happens to hold.
@@ -69,7 +69,7 @@ struct Host {
   static int stream_id() { return stream; }
   static void wait(Event) {}
   static void synchronize_all() {}
-  static inline int stream = 0;
+  static inline thread_local int stream = 0;  // per thread, as a device context is
   // acc + sum of x[i]^2 in float64, continuing one running sum (the CPU's global_grad_norm order).
   template <class T> static double sumsq_acc(double acc, const T* x, std::size_t n) {
     for (std::size_t i = 0; i < n; ++i) acc += static_cast<double>(x[i]) * static_cast<double>(x[i]);

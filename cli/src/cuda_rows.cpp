@@ -6,10 +6,12 @@
 // layer code on the host emulation of the device, which needs no GPU. Both end with the whole-model
 // rows (engine::cuda::compare_models): grouped vs flattened on the device, device vs CPU, and the
 // EP-overlap executor rows (engine::cuda::compare_executors): combined 1F1B vs sequential and
-// grouped vs flattened on the device's streams, device executor vs CPU executor.
+// grouped vs flattened on the device's streams, the ranks over two devices of one process vs one
+// device, device executor vs CPU executor.
 #include "cuda_rows.hpp"
 
 #include <algorithm>
+#include <exception>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -88,7 +90,17 @@ int verify_cpu_vs_cuda(bool json_out) {
     rows.push_back({"cpu_vs_cuda", r.op, r.max_abs_diff, r.bitwise, r.pass ? "pass" : "fail", r.note});
   add_layer_rows(rows, "cpu_vs_cuda_layer", engine::cuda::compare_layers_cuda(42, {}));
   add_model_rows(rows, engine::cuda::compare_models(engine::cuda::make_cuda_device_model, 42));
-  add_model_rows(rows, engine::cuda::compare_executors(engine::cuda::make_cuda_executor, 42));
+  // Two GPUs of this process (NCCL) when it has them; else the row is skipped, saying why.
+  add_model_rows(rows, engine::cuda::compare_executors(
+                           engine::cuda::make_cuda_executor, 42,
+                           [](int n) -> std::unique_ptr<engine::cuda::ThreadFabric> {
+                             try {
+                               return engine::cuda::make_nccl_fabric(n);
+                             } catch (const std::exception& e) {
+                               std::cerr << "verify: device_executor_devices_vs_one skipped: " << e.what() << "\n";
+                               return nullptr;
+                             }
+                           }));
   return print_verify_rows(rows, json_out);
 }
 
@@ -97,7 +109,7 @@ int verify_cuda_layers_on_host(bool json_out) {
   std::vector<VerifyRow> rows;
   add_layer_rows(rows, "cpu_vs_cuda_host_layer", engine::cuda::compare_layers_host(42, {}));
   add_model_rows(rows, engine::cuda::compare_models(engine::cuda::make_host_device_model, 42));
-  add_model_rows(rows, engine::cuda::compare_executors(engine::cuda::make_host_executor, 42));
+  add_model_rows(rows, engine::cuda::compare_executors(engine::cuda::make_host_executor, 42, engine::cuda::make_host_fabric));
   return print_verify_rows(rows, json_out);
 }
 

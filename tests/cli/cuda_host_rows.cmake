@@ -2,15 +2,16 @@
 # Expects exit 0, one passing cpu_vs_cuda_host_layer row per layer quantity (55) covering every
 # CUDA layer, then 4 device_grouped_vs_flattened rows (bitwise) and 4 cpu_vs_device_model rows,
 # then the EP-overlap executor's rows: 2 device_overlap_vs_sequential and 2
-# device_executor_grouped_vs_flattened (both bitwise) and 2 cpu_vs_device_executor;
+# device_executor_grouped_vs_flattened, 1 device_executor_devices_vs_one (two devices of one
+# process, threads of the host emulation; all bitwise) and 2 cpu_vs_device_executor;
 # a failing row would exit 1 and print verdict "fail".
 execute_process(COMMAND ${BIN} verify --backend cuda-host --json RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "expected exit 0, got ${rc}; stderr: ${err}")
 endif()
 string(JSON n LENGTH "${out}")
-if(NOT n EQUAL 69)
-  message(FATAL_ERROR "expected 69 rows, got ${n}")
+if(NOT n EQUAL 70)
+  message(FATAL_ERROR "expected 70 rows, got ${n}")
 endif()
 set(layers "")
 set(pairs "")
@@ -26,13 +27,13 @@ foreach(i RANGE ${last})
   if(pair STREQUAL "cpu_vs_cuda_host_layer")
     string(REGEX REPLACE "/.*" "" layer "${config}")
     list(APPEND layers ${layer})
-  elseif(pair MATCHES "^device_(grouped_vs_flattened|overlap_vs_sequential|executor_grouped_vs_flattened)$" AND NOT bitwise)
+  elseif(pair MATCHES "^device_(grouped_vs_flattened|overlap_vs_sequential|executor_grouped_vs_flattened|executor_devices_vs_one)$" AND NOT bitwise)
     message(FATAL_ERROR "row ${i}: ${pair} ${config} is not bitwise")
   endif()
   list(APPEND pairs ${pair})
 endforeach()
 list(REMOVE_DUPLICATES pairs)
-if(NOT pairs STREQUAL "cpu_vs_cuda_host_layer;device_grouped_vs_flattened;cpu_vs_device_model;device_overlap_vs_sequential;device_executor_grouped_vs_flattened;cpu_vs_device_executor")
+if(NOT pairs STREQUAL "cpu_vs_cuda_host_layer;device_grouped_vs_flattened;cpu_vs_device_model;device_overlap_vs_sequential;device_executor_grouped_vs_flattened;device_executor_devices_vs_one;cpu_vs_device_executor")
   message(FATAL_ERROR "pairs ${pairs}")
 endif()
 list(REMOVE_DUPLICATES layers)

@@ -40,7 +40,7 @@ ht::schedule::Plan plan_of(const std::string& text, int ep, int mbs, bool overla
 
 TEST_CASE("device executor rows (host emulation): overlap == sequential and grouped == flattened bitwise, CPU "
           "executor matched", "[engine][dev-executor]") {
-  const auto rows = cuda::compare_executors(cuda::make_host_executor, 3);
+  const auto rows = cuda::compare_executors(cuda::make_host_executor, 3, cuda::make_host_fabric);
   std::multiset<std::string> pairs;
   for (const auto& r : rows) {
     INFO(r.pair << " " << r.config << ": " << r.note);
@@ -50,6 +50,7 @@ TEST_CASE("device executor rows (host emulation): overlap == sequential and grou
   }
   CHECK(pairs.count("device_overlap_vs_sequential") == 2);
   CHECK(pairs.count("device_executor_grouped_vs_flattened") == 2);
+  CHECK(pairs.count("device_executor_devices_vs_one") == 1);
   CHECK(pairs.count("cpu_vs_device_executor") == 2);
   // On the host emulation only SwiGLU's exp differs from the CPU: the dense row is bitwise, and the
   // MoE row differs by rounding only (not zero, far under its bound).

@@ -59,6 +59,12 @@ class Runner {
     auto& ex = *device_.back();
     return {ex.step(batches()).loss, owned(ex)};
   }
+  // The same step with the ranks over the fabric's devices, one process driving them.
+  Outcome devices(std::unique_ptr<ThreadFabric> fabric, const patterns::ParsedPattern& p, const schedule::Plan& plan) {
+    device_.push_back(make_multi_device_executor(make_, std::move(fabric), p, cfg_, seed_, plan));
+    auto& ex = *device_.back();
+    return {ex.step(batches()).loss, owned(ex)};
+  }
   Outcome cpu(const patterns::ParsedPattern& p, const schedule::Plan& plan) {
     cpu_.push_back(std::make_unique<exec::Executor>(p, cfg_, seed_, plan));
     auto& ex = *cpu_.back();
@@ -93,7 +99,8 @@ ModelComparison bitwise_row(const std::string& pair, const std::string& config, 
 
 }  // namespace
 
-std::vector<ModelComparison> compare_executors(const DeviceExecutorFactory& make, std::uint64_t seed) {
+std::vector<ModelComparison> compare_executors(const DeviceExecutorFactory& make, std::uint64_t seed,
+                                               const FabricFactory& fabric) {
   Runner run(make, seed);
   std::vector<ModelComparison> rows;
 
@@ -111,6 +118,16 @@ std::vector<ModelComparison> compare_executors(const DeviceExecutorFactory& make
     const auto g = patterns::parse(grouped), f = patterns::parse(flat);
     rows.push_back(bitwise_row("device_executor_grouped_vs_flattened", grouped + " vs " + flat + ", combined 1F1B",
                                diff(run.device(g, run.plan(g, true, true)), run.device(f, run.plan(f, true, true)))));
+  }
+  // The ranks over two devices of one process against one device (when the fabric can be made).
+  if (fabric) {
+    const auto p = patterns::parse("M[*E]M[*E]-");
+    const schedule::Plan plan = run.plan(p, true, true);
+    if (auto f = fabric(kRanks))
+      rows.push_back(bitwise_row("device_executor_devices_vs_one",
+                                 p.text + " " + plan_name(true, true) + ": " + std::to_string(kRanks) +
+                                     " devices of one process vs one device",
+                                 diff(run.devices(std::move(f), p, plan), run.device(p, plan))));
   }
   // The CPU executor on the same plan: bitwise without SwiGLU; else within 4 K u scale.
   for (const auto& [text, overlap] : std::vector<std::pair<std::string, bool>>{{"[MG]*", false}, {"M[*E]-", true}}) {

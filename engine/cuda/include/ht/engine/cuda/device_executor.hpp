@@ -95,11 +95,16 @@ std::unique_ptr<DeviceExecutor> make_multi_device_executor(const DeviceExecutorF
 //                                  wgrad against the sequential plan: losses and gradients bitwise;
 //  device_executor_grouped_vs_flattened  overlapped plans of a grouped pattern and its flattened
 //                                  form: bitwise;
+//  device_executor_devices_vs_one  the EP 2 ranks over two devices of one process (a thread each,
+//                                  the fabric's transfers) against one device: bitwise; only when
+//                                  `fabric` is given and makes one (it returns null to skip);
 //  cpu_vs_device_executor          the device executor against exec::Executor on the same plan:
 //                                  bitwise without SwiGLU layers ('-', 'E'); with them within
 //                                  4 K u scale (both float32 runs are within K u scale of the exact
 //                                  sums at first order, K the summation depth of compare_models
 //                                  plus the ranks x microbatches a gradient adds, u = 2^-24).
-std::vector<ModelComparison> compare_executors(const DeviceExecutorFactory& make, std::uint64_t seed);
+using FabricFactory = std::function<std::unique_ptr<ThreadFabric>(int devices)>;
+std::vector<ModelComparison> compare_executors(const DeviceExecutorFactory& make, std::uint64_t seed,
+                                               const FabricFactory& fabric = {});
 
 }  // namespace ht::engine::cuda

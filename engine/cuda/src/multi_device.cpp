@@ -39,19 +39,19 @@ class MultiDevice final : public DeviceExecutor {
         o.group = groups_[k].get();
         exs_[k] = make(p, cfg, seed, plan, o);
       });
+      device_ = exs_[0]->device();
+      const std::string note = process_note([&] {
+        DeviceExecutorOptions o;
+        o.group = groups_[0].get();
+        return o;
+      }());
+      if (device_.size() >= note.size() && device_.compare(device_.size() - note.size(), note.size(), note) == 0)
+        device_.resize(device_.size() - note.size());
+      device_ += ", " + std::to_string(n_) + " devices driven by one process (" + groups_[0]->name() + ")";
     } catch (...) {
-      shut_down();
+      shut_down();  // the executors go on their own threads, the threads are joined
       throw;
     }
-    device_ = exs_[0]->device();
-    const std::string note = process_note([&] {
-      DeviceExecutorOptions o;
-      o.group = groups_[0].get();
-      return o;
-    }());
-    if (device_.size() >= note.size() && device_.compare(device_.size() - note.size(), note.size(), note) == 0)
-      device_.resize(device_.size() - note.size());
-    device_ += ", " + std::to_string(n_) + " devices driven by one process (" + groups_[0]->name() + ")";
   }
   ~MultiDevice() override { shut_down(); }
 

@@ -34,11 +34,13 @@ void nccl_check(ncclResult_t rc, const char* what) {
 
 // One endpoint: a communicator of `n` ranks in which this one is `me`. With `boot` (the MPI group
 // that bootstrapped it) the endpoint owns the communicator; a fabric's endpoint does not (the
-// fabric destroys it when its thread leaves, or aborts it).
+// fabric destroys it when its thread leaves, or aborts it, and then every later call throws
+// instead of using the aborted communicator).
 class NcclGroup final : public ProcessGroup {
  public:
-  NcclGroup(ncclComm_t comm, int me, int n, std::unique_ptr<ProcessGroup> boot)
-      : comm_(comm), me_(me), n_(n), boot_(std::move(boot)) {}
+  NcclGroup(ncclComm_t comm, int me, int n, std::unique_ptr<ProcessGroup> boot,
+            std::shared_ptr<const std::atomic<bool>> aborted = nullptr)
+      : comm_(comm), me_(me), n_(n), boot_(std::move(boot)), aborted_(std::move(aborted)) {}
   ~NcclGroup() override {
     if (!boot_ || !comm_) return;
     if (std::uncaught_exceptions() == 0)
@@ -49,15 +51,24 @@ class NcclGroup final : public ProcessGroup {
   std::string name() const override { return "nccl"; }
   int process() const override { return me_; }
   int processes() const override { return n_; }
-  void begin() override { nccl_check(ncclGroupStart(), "ncclGroupStart"); }
+  void begin() override {
+    live();
+    nccl_check(ncclGroupStart(), "ncclGroupStart");
+  }
   void send(const float* data, std::size_t n, int peer) override {
+    live();
     if (n) nccl_check(ncclSend(data, n, ncclFloat, peer, comm_, stream()), "ncclSend");
   }
   void recv(float* data, std::size_t n, int peer) override {
+    live();
     if (n) nccl_check(ncclRecv(data, n, ncclFloat, peer, comm_, stream()), "ncclRecv");
   }
-  void end() override { nccl_check(ncclGroupEnd(), "ncclGroupEnd"); }
+  void end() override {
+    nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+    live();
+  }
   std::vector<double> all_gather(const std::vector<double>& mine) override {
+    live();
     const std::size_t n = mine.size(), p = static_cast<std::size_t>(n_);
     std::vector<double> all(n * p);
     if (n == 0) return all;
@@ -68,14 +79,20 @@ class NcclGroup final : public ProcessGroup {
     dev::Cuda::download(all.data(), out, n * p);  // on the same stream: after the all-gather
     dev::Cuda::release(in);
     dev::Cuda::release(out);
+    live();  // an abort while waiting leaves garbage in `all`
     return all;
   }
 
  private:
   static cudaStream_t stream() { return dev::CudaContext::get().stream(); }
+  void live() const {
+    if (aborted_ && aborted_->load())
+      throw std::runtime_error("device threads: another device failed; its NCCL communicators were aborted");
+  }
   ncclComm_t comm_ = nullptr;
   int me_ = 0, n_ = 1;
   std::unique_ptr<ProcessGroup> boot_;
+  std::shared_ptr<const std::atomic<bool>> aborted_;
 };
 
 int device_count() {
@@ -84,50 +101,56 @@ int device_count() {
   return count;
 }
 
-// GPUs 0 .. n-1 of this process, a thread each: one unique id, a communicator per device made on
-// its thread (ncclCommInitRank from every thread at once).
+// GPUs 0 .. n-1 of this process, a thread each: the communicators are made together on the
+// constructing thread (ncclCommInitAll), so no device thread can be left inside a collective
+// initialisation that another one never reaches; join(i) puts thread i on GPU i with communicator
+// i. abort() aborts every communicator once (a device thread then throws at its next call).
 class NcclFabric final : public ThreadFabric {
  public:
   explicit NcclFabric(int n) : n_(n), comms_(static_cast<std::size_t>(n), nullptr) {
     const int count = device_count();
     if (n < 1 || n > count)
       throw std::runtime_error(std::to_string(n) + " devices asked of a process that sees " + std::to_string(count) + " GPU(s)");
-    nccl_check(ncclGetUniqueId(&id_), "ncclGetUniqueId");
+    int current = 0;
+    check(cudaGetDevice(&current), "cudaGetDevice");
+    nccl_check(ncclCommInitAll(comms_.data(), n, nullptr), "ncclCommInitAll");  // devices 0 .. n-1
+    check(cudaSetDevice(current), "cudaSetDevice");
+  }
+  ~NcclFabric() override {
+    for (ncclComm_t c : comms_)
+      if (c) ncclCommDestroy(c);
   }
   int size() const override { return n_; }
   std::unique_ptr<ProcessGroup> join(int i) override {
     dev::CudaContext::select_device(i);
     dev::CudaContext::get();
-    ncclComm_t comm = nullptr;
-    nccl_check(ncclCommInitRank(&comm, n_, id_, i), "ncclCommInitRank");
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      comms_[static_cast<std::size_t>(i)] = comm;
-    }
-    return std::make_unique<NcclGroup>(comm, i, n_, nullptr);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (*aborted_) throw std::runtime_error("device threads: the fabric was aborted");
+    return std::make_unique<NcclGroup>(comms_.at(static_cast<std::size_t>(i)), i, n_, nullptr, aborted_);
   }
   void leave(int i) override {
-    ncclComm_t comm = nullptr;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      comm = std::exchange(comms_[static_cast<std::size_t>(i)], nullptr);
+      ncclComm_t& c = comms_.at(static_cast<std::size_t>(i));
+      if (c) ncclCommDestroy(c);  // on its own thread, after its work; null once aborted
+      c = nullptr;
     }
-    if (comm && !aborted_) ncclCommDestroy(comm);
     dev::CudaContext::release_thread();
   }
   void abort() override {
     std::lock_guard<std::mutex> lock(mu_);
-    aborted_ = true;
-    for (ncclComm_t c : comms_)
+    if (aborted_->exchange(true)) return;
+    for (ncclComm_t& c : comms_) {
       if (c) ncclCommAbort(c);
+      c = nullptr;
+    }
   }
 
  private:
   int n_;
-  ncclUniqueId id_{};
   std::mutex mu_;
   std::vector<ncclComm_t> comms_;
-  std::atomic<bool> aborted_{false};
+  std::shared_ptr<std::atomic<bool>> aborted_ = std::make_shared<std::atomic<bool>>(false);
 };
 
 }  // namespace

@@ -210,7 +210,9 @@ class DevExecutor {
       ranks_[static_cast<std::size_t>(r)].params->adamw_apply(cfg, adam_[static_cast<std::size_t>(r)], clip);
     return norm;
   }
-  std::int64_t optimizer_steps() const { return adam_.empty() ? 0 : adam_.front().step; }
+  std::int64_t optimizer_steps() const {
+    return adam_.empty() ? 0 : adam_.at(static_cast<std::size_t>(first_)).step;
+  }
 
  private:
   struct Layer {
@@ -256,10 +258,16 @@ class DevExecutor {
   int comm_stream() const { return 1 + local_n_; }
   cuda::ProcessGroup* group() const { return options_.group; }
   int process_of(int r) const { return r / local_n_; }
-  // Every process's `mine`, in process order (this process's alone without a group).
+  // Every process's `mine`, in process order (this process's alone without a group), on the comm
+  // stream; the current stream is kept (after a step, what follows -- releases, zero_grad -- must
+  // stay on stream 0, which every rank's first node waits for).
   std::vector<double> gather(const std::vector<double>& mine) {
+    if (!group()) return mine;
+    const int current = D::stream_id();
     D::set_stream(comm_stream());
-    return group() ? group()->all_gather(mine) : mine;
+    std::vector<double> all = group()->all_gather(mine);
+    D::set_stream(current);
+    return all;
   }
 
   Rank build_rank(int r, std::uint64_t seed) {

@@ -172,7 +172,7 @@ class DevExecutor {
   // with their device values and gradients downloaded.
   std::vector<ParamRef<T>> parameters(int r) {
     if (!local(r))
-      fail("rank " + std::to_string(r) + " runs in process " + std::to_string(r / local_n_) + ", not in this one");
+      fail("rank " + std::to_string(r) + " runs in process " + std::to_string(process_of(r)) + ", not in this one");
     Rank& rk = ranks_.at(static_cast<std::size_t>(r));
     D::synchronize_all();
     rk.params->download_params();

@@ -94,7 +94,7 @@ TEST_CASE("O10: delayed weight gradients need overlap", "[schedule][reject]") {
 
 TEST_CASE("bad sizes are rejected with their values", "[schedule][reject]") {
   require_rejected("[*E]", parallel(2, 3, 1), options(false, false), ErrorCode::BadConfig,
-                   "dp = 3 must be a multiple of ep = 2");
+                   "ep x etp = 2 must divide tp x cp x dp = 3");
   require_rejected("[*E]|[*E]|[*E]|[*E]", parallel(2, 2, 3, 2, 2), options(true, false),
                    ErrorCode::BadConfig, "microbatches = 3");
   require_rejected("[*E]", parallel(3, 3, 1), options(false, false), ErrorCode::BadConfig,

@@ -66,7 +66,8 @@ const MeasuredInstance* CostModel::instance_for(const schedule::Node& node) cons
   return it == instances.end() ? nullptr : &it->second;
 }
 
-double CostModel::compute_seconds(const schedule::Node& node, const GpuSpec& gpu) const {
+double CostModel::compute_seconds(const schedule::Node& node, const GpuSpec& gpu, const schedule::Work* work,
+                                  bool delay_wgrad) const {
   if (const auto it = measured_entry(measured_s, node); it != measured_s.end()) {
     const auto scale = row_scaling.find(it->first);
     const MeasuredInstance* inst = scale == row_scaling.end() ? nullptr : instance_for(node);
@@ -74,6 +75,10 @@ double CostModel::compute_seconds(const schedule::Node& node, const GpuSpec& gpu
     return std::max(0.0, it->second + scale->second.per_row_s * (inst->rows - scale->second.mean_rows));
   }
   if (node.flops <= 0 && node.mem_bytes <= 0) return 0;  // an empty slot launches nothing
+  if (work != nullptr && !work->kernels.empty()) {
+    const double t = work_seconds(*work, node.phase, delay_wgrad, gpu);
+    return t > 0 ? t + launch_overhead_s : 0;
+  }
   const double math = node.flops / (gpu.peak_flops * gpu.flops_efficiency);
   const double memory = node.mem_bytes / (gpu.hbm_bytes_per_s * gpu.hbm_efficiency);
   return std::max(math, memory) + launch_overhead_s;

@@ -3,7 +3,12 @@
 // it). Two sources, in this order of preference:
 //   1. a measured-duration table (from --costs JSON, later fitted by calibration), keyed by
 //      "slot/phase/symbols", "slot/phase" or "slot" (first match wins), e.g. "mlp/backward/E";
-//   2. an analytic roofline: max(flops / (peak * eff), mem_bytes / (hbm * eff)) + launch overhead.
+//   2. the node's kernels (schedule::Work) timed from their shapes: GEMMs by tile and wave
+//      quantisation on the GPU's SMs, flash attention at FlashAttention-3's measured efficiency for
+//      its sequence length and head size, recurrences and elementwise work by FLOPs or memory
+//      traffic (kernel_time.cpp), plus the launch overhead;
+//   3. for nodes without kernels (version-1 plan files): a roofline,
+//      max(flops / (peak * eff), mem_bytes / (hbm * eff)) + launch overhead.
 //
 // A measured run adds what the plan cannot know (calibrate.hpp): how much of the table entry
 // scales with the rows a node processes (the experts' share of the routed tokens), and, per node
@@ -27,6 +32,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ht/schedule/kernels.hpp"
 #include "ht/schedule/plan.hpp"
 #include "ht/sim/platform.hpp"
 
@@ -72,8 +78,10 @@ struct CostModel {
   std::map<std::string, MeasuredInstance, std::less<>> instances;  // instance_key -> measured
   bool operator==(const CostModel&) const = default;
 
-  // Seconds of a compute node on `gpu` (table first, scaled by its measured rows, else roofline).
-  double compute_seconds(const schedule::Node& node, const GpuSpec& gpu) const;
+  // Seconds of a compute node on `gpu`: table first (scaled by its measured rows), else its
+  // kernels (`work`, with the plan's delayed-wgrad setting), else the roofline.
+  double compute_seconds(const schedule::Node& node, const GpuSpec& gpu, const schedule::Work* work = nullptr,
+                         bool delay_wgrad = false) const;
   // The table entry used for `node`, or nullptr when the roofline applies.
   const double* measured_for(const schedule::Node& node) const;
   // comm_work_s of a comm node (zeros when the table has no entry for its slot/phase).
@@ -82,6 +90,15 @@ struct CostModel {
   const MeasuredInstance* instance_for(const schedule::Node& node) const;
   static std::string instance_key(const schedule::Node& node);  // "<rank>/<label>"
 };
+
+// The kernel model (kernel_time.cpp). GEMM: the fastest of cuBLAS' tiles, waves of tiles over the
+// SMs, each tile 2 tm tn (k + tile_overhead) FLOPs at gemm_efficiency of the per-SM peak, never
+// faster than its bytes over HBM. Attention efficiency: FlashAttention-3's figures by sequence
+// length (causal forward; backward = full backward x causal/full forward), scaled by head size.
+double gemm_seconds(double m, double n, double k, double groups, double bytes, const GpuSpec& gpu);
+double attention_efficiency(double seq, double head_dim, bool backward, const GpuSpec& gpu);
+double kernel_seconds(const schedule::Kernel& kernel, schedule::Phase phase, bool delay_wgrad, const GpuSpec& gpu);
+double work_seconds(const schedule::Work& work, schedule::Phase phase, bool delay_wgrad, const GpuSpec& gpu);
 
 // Parses the JSON form; throws SimError(BadCosts) with the offending field.
 CostModel parse_costs_json(std::string_view json_text, CostModel base = {});

@@ -35,6 +35,7 @@
 #include "ht/engine/runtime/cpu_world.hpp"
 #include "ht/engine/runtime/event_chain.hpp"
 #include "ht/patterns/checkpoint.hpp"
+#include "ht/schedule/check.hpp"
 #include "ht/schedule/node_args.hpp"
 #include "members.hpp"
 
@@ -883,6 +884,7 @@ Executor::Executor(const patterns::ParsedPattern& pattern, const ModelConfig& cf
     : impl_(std::make_unique<Impl>()) {
   auto& im = *impl_;
   if (auto msg = unsupported_symbols(pattern); !msg.empty()) throw EngineError(ErrorCode::Unsupported, msg);
+  if (auto msg = schedule::beyond_engines(plan); !msg.empty()) throw EngineError(ErrorCode::Unsupported, "executor: " + msg);
   if (pattern.mtp_depths > 0 && plan.overlap)  // the builder's O3, also for plans built without it
     fail("hybrid MTP ('/" + pattern.mtp + "') does not run with the EP all-to-all overlap: the overlap scheduler does "
          "not expand the MTP's nested stack (rule O3, reference section 4); use the sequential schedule");

@@ -50,6 +50,7 @@
 #include "ht/engine/cuda/process_group.hpp"
 #include "ht/engine/exec/executor.hpp"
 #include "ht/patterns/checkpoint.hpp"
+#include "ht/schedule/check.hpp"
 #include "ht/schedule/node_args.hpp"
 
 namespace ht::engine::dev {
@@ -70,6 +71,7 @@ class DevExecutor {
   DevExecutor(const patterns::ParsedPattern& pattern, const ModelConfig& cfg, std::uint64_t seed, schedule::Plan plan,
               Options options = {})
       : pattern_(pattern), cfg_(cfg), plan_(std::move(plan)), options_(options) {
+    if (auto msg = schedule::beyond_engines(plan_); !msg.empty()) fail(msg);
     if (pattern.mtp_depths > 0)
       fail("MTP depths ('/" + pattern.mtp + "') do not run on the device executor yet (the device model runs them)");
     if (plan_.pp != 1 || plan_.vpp != 1)

@@ -731,7 +731,7 @@ void check_schedule_config(const patterns::ParsedPattern& pattern, const ModelDi
            "early attention memory release needs the overlap schedule, but overlap is off");
   if (overlap && options.cuda_graphs)
     reject(ErrorCode::O2_OverlapCudaGraphs,
-           "the EP all-to-all overlap does not support CUDA graphs for grouped hybrid patterns; "
+           "the EP all-to-all overlap does not support CUDA graphs (for any pattern); "
            "turn off cuda graphs or overlap (pattern '" + pattern.text + "')");
   if (overlap && config.ep <= 1)
     reject(ErrorCode::O7_OverlapConfig,

@@ -82,7 +82,7 @@ void check_split(Init init, Fwd fwd, Bwd bwd, const std::set<std::string>& defer
 
 }  // namespace
 
-TEST_CASE("attention's W computes linear_qkv and linear_proj; the fused bits follow", "[engine][wgrad]") {
+TEST_CASE("attention's W computes linear_qkv and linear_proj, the fused bits follow", "[engine][wgrad]") {
   check_split<AttentionParams<float>, AttentionCache<float>>(
       [](auto& p, const auto& cfg, auto& rng) { attention_init(p, cfg, rng); },
       [](const auto& cfg, const auto& p, const auto& x, auto& out, auto& cache) { attention_forward(cfg, p, x, out, cache, 0); },
@@ -91,27 +91,27 @@ TEST_CASE("attention's W computes linear_qkv and linear_proj; the fused bits fol
       {"self_attention.linear_qkv.weight", "self_attention.linear_proj.weight"});
 }
 
-TEST_CASE("the MLP's W computes fc1 and fc2; the fused bits follow", "[engine][wgrad]") {
+TEST_CASE("the MLP's W computes fc1 and fc2, the fused bits follow", "[engine][wgrad]") {
   check_split<MlpParams<float>, MlpCache<float>>([](auto& p, const auto& cfg, auto& rng) { mlp_init(p, cfg, rng); },
                                                  &mlp_forward<float>, &mlp_backward<float>,
                                                  {"mlp.linear_fc1.weight", "mlp.linear_fc2.weight"});
 }
 
-TEST_CASE("Mamba2's W computes in_proj and out_proj; conv, dt_bias, A_log, D and the gated norm stay in the backward",
+TEST_CASE("Mamba2's W computes in_proj and out_proj, while conv, dt_bias, A_log, D and the gated norm stay in the backward",
           "[engine][wgrad]") {
   check_split<Mamba2Params<float>, Mamba2Cache<float>>(
       [](auto& p, const auto& cfg, auto& rng) { mamba2_init(p, cfg, rng); }, &mamba2_forward<float>,
       &mamba2_backward<float>, {"mixer.in_proj.weight", "mixer.out_proj.weight"});
 }
 
-TEST_CASE("GDN's W computes in_proj and out_proj; conv, dt_bias, A_log and out_norm stay in the backward",
+TEST_CASE("GDN's W computes in_proj and out_proj, while conv, dt_bias, A_log and out_norm stay in the backward",
           "[engine][wgrad]") {
   check_split<GdnParams<float>, GdnCache<float>>([](auto& p, const auto& cfg, auto& rng) { gdn_init(p, cfg, rng); },
                                                  &gdn_forward<float>, &gdn_backward<float>,
                                                  {"self_attention.in_proj.weight", "self_attention.out_proj.weight"});
 }
 
-TEST_CASE("MLA's W computes its five projections; the latent norms stay in the backward", "[engine][wgrad]") {
+TEST_CASE("MLA's W computes its five projections, while the latent norms stay in the backward", "[engine][wgrad]") {
   check_split<MlaParams<float>, MlaCache<float>>(
       [](auto& p, const auto& cfg, auto& rng) { mla_init(p, cfg, rng); }, &mla_forward<float>, &mla_backward<float>,
       {"self_attention.linear_q_down_proj.weight", "self_attention.linear_q_up_proj.weight",

@@ -26,6 +26,7 @@
 
 #include "blocks.hpp"
 #include "ht/patterns/pipeline.hpp"
+#include "ht/patterns/symbols.hpp"
 #include "ht/schedule/costs.hpp"
 #include "ht/schedule/error.hpp"
 #include "ht/schedule/layer_shape.hpp"
@@ -726,6 +727,24 @@ void check_schedule_config(const patterns::ParsedPattern& pattern, const ModelDi
   if (options.delay_wgrad && !overlap)
     reject(ErrorCode::O10_DelayWgradNeedsOverlap,
            "delayed weight gradients (delay_wgrad) need the overlap schedule, but overlap is off");
+  if (options.delay_wgrad) {
+    // Checked before O1 so that the reason is the weight gradients: a layer type without a wgrad
+    // callable would have its weight gradients silently dropped, so the plan is refused.
+    auto check = [&](const std::string& symbols, const std::string& where) {
+      for (const char c : symbols) {
+        const patterns::SymbolInfo* info = patterns::find_symbol(c);
+        if (info && !info->defers_wgrad)
+          reject(ErrorCode::DelayWgradLayer,
+                 "delayed weight gradients (delay_wgrad) need every layer to move its weight-gradient GEMMs "
+                 "to a W node, but layer type '" + std::string(1, c) + "' (" + std::string(info->name) +
+                     ") in " + where + " has no weight-gradient step to delay (the overlap scheduler's wgrad map "
+                     "covers M * D G + and the - / E terminal); turn delay_wgrad off (pattern '" + pattern.text + "')");
+      }
+    };
+    int logical = 0;
+    for (const auto& item : pattern.items()) check(item.symbols, layer_name(item, logical++));
+    if (pattern.mtp_depths > 0) check(pattern.mtp, "the MTP depth pattern");
+  }
   if (options.early_attn_release && !overlap)
     reject(ErrorCode::O7_OverlapConfig,
            "early attention memory release needs the overlap schedule, but overlap is off");

@@ -305,7 +305,8 @@ struct ReplayState {
   // a work (every microbatch of a layer type).
   double node_seconds(const Node& node) {
     const schedule::Work* work = node.work >= 0 ? &plan.works[static_cast<std::size_t>(node.work)] : nullptr;
-    if (work == nullptr || costs.measured_for(node) != nullptr) return costs.compute_seconds(node, platform.gpu);
+    // A measured table prices nodes one by one (rows, FLOP shares): no sharing across a work.
+    if (work == nullptr || !costs.measured_s.empty()) return costs.compute_seconds(node, platform.gpu, work, plan.delay_wgrad);
     const std::size_t key = static_cast<std::size_t>(node.work) * 4 + static_cast<std::size_t>(node.phase);
     if (std::isnan(work_cache[key])) work_cache[key] = costs.compute_seconds(node, platform.gpu, work, plan.delay_wgrad);
     return work_cache[key];

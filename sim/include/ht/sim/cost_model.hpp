@@ -16,11 +16,19 @@
 // data and EP size routes the same tokens (the math is bitwise the same under every schedule), so
 // the twin replays another schedule of it with the measured routing; other plans get the means.
 //
+// Delayed wgrad. A backward entry also records the planned FLOPs of the nodes it was measured on
+// ("flops"); a backward or W node is priced at the entry times its own planned FLOPs over those.
+// So a backward measured without delayed wgrad (input and weight gradients together) prices a
+// delayed plan's B node and its W node by their shares of it (costs.hpp: B the input-gradient
+// work, W the weight-gradient GEMMs; B + W = the fused backward), and a W node without an entry
+// of its own takes the slot's backward entry.
+//
 // JSON form (every field optional):
 //   { "launch_overhead_us": 4, "comm_launch_us": 0, "interference_factor": 1.15, "wake_latency_us": 90,
 //     "durations_us": { "mlp/backward/E": 850.5, "pre_dispatch/forward": 310, "post_process": 90 },
 //     "comm_work_us": { "combine/forward": { "before": 90, "after": 520 }, "dispatch/backward": 130 },
 //     "rows_us": { "mlp/backward/E": { "per_row_us": 2.1, "mean_rows": 405 } },
+//     "flops": { "mlp/backward/E": 4.1e9 },
 //     "instances": { "3/F mb2 L1 mlp": { "rows": 412 },
 //                    "3/F mb2 L1 dispatch": { "sent_bytes": { "0": 65536, "1": 0, "2": 131072 } } } }
 // Slot and phase names are schedule::to_string(Slot) / to_string(Phase); an instance is
@@ -75,6 +83,7 @@ struct CostModel {
   double wake_latency_s = 0;
   std::map<std::string, double, std::less<>> measured_s;  // key -> seconds (table above)
   std::map<std::string, RowScaling, std::less<>> row_scaling;      // same keys as measured_s
+  std::map<std::string, double, std::less<>> measured_flops;       // backward/weight keys: planned FLOPs measured
   std::map<std::string, MeasuredInstance, std::less<>> instances;  // instance_key -> measured
   bool operator==(const CostModel&) const = default;
 

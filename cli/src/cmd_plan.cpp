@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "command.hpp"
+#include "ht/io/output_file.hpp"
 #include "ht/patterns/pattern.hpp"
 #include "ht/schedule/build.hpp"
 #include "ht/schedule/plan_json.hpp"
@@ -92,6 +93,7 @@ void print_summary(const hs::Plan& plan, int show) {
 int run(const PlanArgs& a) {
   const auto parsed = ht::patterns::parse(a.pattern);
   const hs::ModelDims dims = a.model.resolve();
+  if (!a.output.empty()) io::check_output_file(a.output, "plan file");  // before the build
   const hs::Plan plan = hs::build_plan(parsed, dims, a.parallel, a.schedule.resolve(a.parallel, parsed.mtp_depths));
   if (!a.output.empty()) {
     hs::save_plan(a.output, plan);

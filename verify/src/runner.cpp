@@ -8,10 +8,14 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <iostream>
 #include <sstream>
-#include <system_error>
+
+#include "ht/io/error.hpp"
+#include "ht/io/input_file.hpp"
+#include "ht/io/json_input.hpp"
+#include "ht/io/output_file.hpp"
+#include "ht/verify/case_schema.hpp"
 
 namespace ht::verify {
 namespace {
@@ -151,9 +155,18 @@ RunResult run_property(const Property& property, const RunOptions& options) {
 std::optional<std::string> replay(const Counterexample& ce) {
   const Property* p = find_property(ce.property);
   if (!p) throw std::invalid_argument("unknown property '" + ce.property + "'");
-  const std::string failure = run_check(*p, ce.input);
-  if (failure.empty()) return std::nullopt;
-  return failure;
+  validate_case(ce.input);
+  try {
+    p->check(ce.input);
+  } catch (const Falsified& e) {
+    return std::string(e.what());
+  } catch (const nlohmann::json::exception& e) {
+    // A field the check needs is missing or of another type: the file, not the property, is wrong.
+    throw BadCase("input: " + io::json_error_text(e));
+  } catch (const std::exception& e) {
+    return std::string("unexpected error: ") + e.what();
+  }
+  return std::nullopt;
 }
 
 nlohmann::json to_json(const Counterexample& ce) {
@@ -180,30 +193,23 @@ Counterexample counterexample_from_json(const nlohmann::json& j) {
 }
 
 void write_counterexample(const std::filesystem::path& path, const Counterexample& ce) {
-  const auto tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << to_json(ce).dump(2) << "\n";
-    out.flush();
-    if (!out) throw std::runtime_error("cannot write counterexample '" + tmp + "'");
+  io::write_output_file(path, "counterexample", to_json(ce).dump(2) + "\n");
+}
+
+Counterexample parse_counterexample(std::string_view text, const std::string& source) {
+  const nlohmann::json j = io::parse_json(text, source);
+  try {
+    Counterexample ce = counterexample_from_json(j);
+    validate_case(ce.input);
+    return ce;
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(source + ": " + e.what());
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw std::runtime_error("cannot write counterexample '" + path.string() + "': " + ec.message());
 }
 
 Counterexample read_counterexample(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot read counterexample '" + path.string() + "'");
-  std::stringstream text;
-  text << in.rdbuf();
-  const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
-  if (j.is_discarded()) throw std::runtime_error("counterexample '" + path.string() + "' is not valid JSON");
-  try {
-    return counterexample_from_json(j);
-  } catch (const std::invalid_argument& e) {
-    throw std::runtime_error(path.string() + ": " + e.what());
-  }
+  const std::string source = "counterexample " + io::quote_path(path.string());
+  return parse_counterexample(io::read_input_file(path, io::kJsonFileLimit, "counterexample"), source);
 }
 
 }  // namespace ht::verify

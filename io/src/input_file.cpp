@@ -23,19 +23,6 @@ std::string format_bytes(std::uint64_t bytes) {
   return text;
 }
 
-namespace {
-
-const char* kind_of(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
-
-}  // namespace
-
 InputFile::InputFile(const std::filesystem::path& path, std::uint64_t max_bytes, std::string_view what)
     : limit_(max_bytes), path_(path.string()), what_(what) {
   if (path_.empty()) throw IoError(IoErrorCode::Open, "no " + what_ + " given (empty path)");

@@ -44,8 +44,14 @@ std::shared_ptr<const re2::RE2> compile(const std::string& pattern) {
 }  // namespace
 
 CommClassifier::CommClassifier() {
-  for (const CommRule& rule : default_comm_rules())
-    rules_.push_back({rule.kernel_class, compile(rule.pattern)});
+  // Compiled once per process: every trace read starts with a classifier, and RE2 programs are
+  // immutable and safe to share between threads.
+  static const std::vector<Compiled> defaults = [] {
+    std::vector<Compiled> out;
+    for (const CommRule& rule : default_comm_rules()) out.push_back({rule.kernel_class, compile(rule.pattern)});
+    return out;
+  }();
+  rules_ = defaults;
 }
 
 CommClassifier::CommClassifier(const std::string& regex) {

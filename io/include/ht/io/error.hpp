@@ -31,4 +31,7 @@ class IoError : public std::runtime_error {
 // "'PATH'" quoted for messages, control characters replaced so a message stays on one line.
 std::string quote_path(const std::string& path);
 
+// "a FIFO", "a character device", ... for a st_mode that is not a regular file.
+const char* kind_of(unsigned mode);
+
 }  // namespace ht::io

@@ -1,13 +1,15 @@
 // Overlap benchmark of the device EP executor (a program, not a test): the same plan run
-// sequentially and as combined 1F1B (with delayed wgrad) by EP ranks sharing one device -- the GPU
+// sequentially, as combined 1F1B, and as combined 1F1B with delayed wgrad (the W nodes run the
+// weight-gradient GEMMs, exec/weight_steps.hpp) by EP ranks sharing one device -- the GPU
 // (--device cuda) or the host emulation (--device host) -- and what the overlap hid.
 //
 // For each plan: the fastest of --steps steps after a warm-up step, by the step's own timeline
 // (first span start to last span end, on the device's clock); from that timeline the compute and
 // all-to-all busy time, the exposed all-to-all and the hidden fraction (traces::summarize, the
 // figures the twin predicts). The peer is the sequential plan in the same run: the speedup is
-// sequential / overlapped. The two plans' losses must be equal bit for bit (the program exits 1
-// if not): the overlap changes the order of work, never the math.
+// sequential / overlapped (with delayed wgrad, as before this column had a peer without it). The
+// three plans' losses must be equal bit for bit (the program exits 1 if not): the overlap and
+// delayed wgrad change the order of work, never the math.
 //
 // On the host emulation every stream runs on the one host thread in issue order, so nothing
 // overlaps and the hidden fraction is ~0 by construction: that mode checks this program, not a
@@ -54,6 +56,7 @@ engine::ModelConfig model(int hidden) {
 struct Run {
   double step_ms = 0, wall_ms = 0;
   traces::OverlapSummary summary;
+  double w_gemm_share = 0;  // W nodes' GEMM FLOPs / (B + W nodes'): a counter, not a clock
   std::vector<std::vector<double>> loss;
 };
 
@@ -105,8 +108,8 @@ int main(int argc, char** argv) try {
                         : engine::cuda::DeviceExecutorFactory(engine::cuda::make_host_executor);
 
   std::string device_name;
-  const auto measure = [&](bool overlap) {
-    auto ex = make(p, cfg, 7, engine::exec::ep_plan(p, cfg, batch, seq, ep, microbatches, overlap, overlap), {});
+  const auto measure = [&](bool overlap, bool delay) {
+    auto ex = make(p, cfg, 7, engine::exec::ep_plan(p, cfg, batch, seq, ep, microbatches, overlap, delay), {});
     device_name = ex->device();
     Run best;
     for (int i = 0; i <= steps; ++i) {  // step 0 warms up (allocations, cuBLAS handles)
@@ -123,33 +126,41 @@ int main(int argc, char** argv) try {
         best.step_ms = s.span_s * 1e3;
         best.wall_ms = wall_ms;
         best.summary = s;
+        best.w_gemm_share = engine::exec::weight_gemm_share(res.timeline);
       }
     }
     return best;
   };
   std::cerr << "bench_device_overlap: " << pattern << ", EP " << ep << ", " << microbatches << " microbatches of "
             << batch << " x " << seq << ", hidden " << hidden << ", on " << device << "\n";
-  const Run seq_run = measure(false);
-  const Run ovl_run = measure(true);
-  const bool bitwise = seq_run.loss == ovl_run.loss;
+  const Run seq_run = measure(false, false);
+  const Run nodelay_run = measure(true, false);
+  const Run ovl_run = measure(true, true);
+  const bool bitwise = seq_run.loss == ovl_run.loss && seq_run.loss == nodelay_run.loss;
 
-  const auto row = [](const char* name, double a, double b, const char* fmt) {
+  const Run* runs[] = {&seq_run, &nodelay_run, &ovl_run};
+  const auto row = [&](const char* name, const char* fmt, auto value) {
     std::printf("%-24s", name);
-    std::printf(fmt, a);
-    std::printf(fmt, b);
+    for (const Run* r : runs) std::printf(fmt, value(*r));
     std::printf("\n");
   };
+  const auto hidden_ms = [](const Run& r) { return (r.summary.comm_busy_s - r.summary.comm_exposed_s) * 1e3; };
   std::printf("device overlap: %s on %s, EP %d (ranks sharing the device), %d microbatches of %d x %d, hidden %d\n",
               pattern.c_str(), device_name.c_str(), ep, microbatches, batch, seq, hidden);
-  std::printf("%-24s%14s%14s\n", "", "sequential", "combined 1F1B");
-  row("step (ms)", seq_run.step_ms, ovl_run.step_ms, "%14.3f");
-  row("host wall (ms)", seq_run.wall_ms, ovl_run.wall_ms, "%14.3f");
-  row("compute busy (ms)", seq_run.summary.compute_busy_s * 1e3, ovl_run.summary.compute_busy_s * 1e3, "%14.3f");
-  row("all-to-all busy (ms)", seq_run.summary.comm_busy_s * 1e3, ovl_run.summary.comm_busy_s * 1e3, "%14.3f");
-  row("exposed a2a (ms)", seq_run.summary.comm_exposed_s * 1e3, ovl_run.summary.comm_exposed_s * 1e3, "%14.3f");
-  row("hidden fraction", seq_run.summary.hidden_fraction, ovl_run.summary.hidden_fraction, "%14.3f");
+  std::printf("%-24s%14s%14s%14s\n", "", "sequential", "combined 1F1B", "+delay wgrad");
+  row("step (ms)", "%14.3f", [](const Run& r) { return r.step_ms; });
+  row("host wall (ms)", "%14.3f", [](const Run& r) { return r.wall_ms; });
+  row("compute busy (ms)", "%14.3f", [](const Run& r) { return r.summary.compute_busy_s * 1e3; });
+  row("all-to-all busy (ms)", "%14.3f", [](const Run& r) { return r.summary.comm_busy_s * 1e3; });
+  row("exposed a2a (ms)", "%14.3f", [](const Run& r) { return r.summary.comm_exposed_s * 1e3; });
+  row("hidden a2a (ms)", "%14.3f", hidden_ms);
+  row("hidden fraction", "%14.3f", [](const Run& r) { return r.summary.hidden_fraction; });
+  row("W share of bwd GEMMs", "%14.3f", [](const Run& r) { return r.w_gemm_share; });
   const double speedup = seq_run.step_ms / std::max(ovl_run.step_ms, 1e-9);
-  std::printf("speedup %.3fx (sequential / combined 1F1B); losses %s\n", speedup,
+  const double delay_speedup = nodelay_run.step_ms / std::max(ovl_run.step_ms, 1e-9);
+  std::printf("speedup %.3fx (sequential / combined 1F1B with delayed wgrad); delayed wgrad %.3fx, hidden a2a %+.3f ms "
+              "(combined 1F1B without / with it); losses %s\n",
+              speedup, delay_speedup, hidden_ms(ovl_run) - hidden_ms(nodelay_run),
               bitwise ? "equal bit for bit" : "DIFFER (a bug: the overlap must not change the math)");
 
   if (!json_out.empty()) {
@@ -159,12 +170,15 @@ int main(int argc, char** argv) try {
                             {"compute_busy_ms", r.summary.compute_busy_s * 1e3},
                             {"comm_busy_ms", r.summary.comm_busy_s * 1e3},
                             {"comm_exposed_ms", r.summary.comm_exposed_s * 1e3},
-                            {"hidden_fraction", r.summary.hidden_fraction}};
+                            {"hidden_fraction", r.summary.hidden_fraction},
+                            {"w_gemm_share", r.w_gemm_share}};
     };
     const nlohmann::json out = {{"device", device_name},  {"pattern", pattern},   {"ep", ep},
                                 {"microbatches", microbatches}, {"batch", batch}, {"seq", seq},
                                 {"hidden", hidden},           {"steps", steps},   {"sequential", side(seq_run)},
-                                {"overlapped", side(ovl_run)}, {"speedup", speedup}, {"losses_bitwise", bitwise}};
+                                {"overlapped", side(ovl_run)}, {"overlapped_no_delay_wgrad", side(nodelay_run)},
+                                {"speedup", speedup},         {"delay_wgrad_speedup", delay_speedup},
+                                {"losses_bitwise", bitwise}};
     std::ofstream f(json_out + ".tmp");
     f << out.dump(2) << "\n";
     f.close();

@@ -4,10 +4,14 @@
 //
 // 1. An unthrottled sequential run measures the mean expert (mlp forward) time and the bytes of
 //    one dispatch from the plan; the link bandwidth is set so bytes / bandwidth == expert time.
-// 2. Sequential and combined-1F1B steps run with that throttle (best of a few repeats each).
-// 3. Printed: step times, all-to-all busy and exposed time, hidden fraction, the busy-time lower
-//    bound (per rank max(compute busy, comm busy)) and the share of the hideable all-to-all
-//    (min(comm, compute) per rank) that the overlap actually hid.
+// 2. Sequential, combined-1F1B and combined-1F1B with delayed wgrad steps run with that throttle
+//    (best of a few repeats each). With delayed wgrad the W nodes run the weight-gradient GEMMs
+//    (exec/weight_steps.hpp), so the backward before each dispatch backward is shorter.
+// 3. Printed: step times, all-to-all busy, exposed and hidden time, hidden fraction, the share of
+//    the backward's GEMM work the W nodes ran, the busy-time lower bound (per rank max(compute
+//    busy, comm busy)) and the share of the hideable all-to-all (min(comm, compute) per rank) that
+//    the overlap actually hid.
+// Usage: bench_overlap [pattern] [repeats]
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -47,18 +51,19 @@ std::vector<std::vector<engine::Batch>> batches(int vocab) {
   return engine::exec::random_batches(kEp, kMicrobatches, kBatch, kSeq, vocab, 1000);
 }
 
-schedule::Plan plan(const patterns::ParsedPattern& p, const engine::ModelConfig& cfg, bool overlap) {
-  return engine::exec::ep_plan(p, cfg, kBatch, kSeq, kEp, kMicrobatches, overlap, overlap);
+schedule::Plan plan(const patterns::ParsedPattern& p, const engine::ModelConfig& cfg, bool overlap, bool delay) {
+  return engine::exec::ep_plan(p, cfg, kBatch, kSeq, kEp, kMicrobatches, overlap, delay);
 }
 
 struct Run {
   double step_s = 0;
   traces::OverlapSummary summary;
   double lower_bound_s = 0, hideable_s = 0;
+  double w_gemm_share = 0;  // W nodes' GEMM FLOPs / (B + W nodes' GEMM FLOPs): a counter, not a clock
   std::string priority;  // host.comm_priority the run got
 };
 
-Run measure(const patterns::ParsedPattern& p, const engine::ModelConfig& cfg, bool overlap,
+Run measure(const patterns::ParsedPattern& p, const engine::ModelConfig& cfg, bool overlap, bool delay,
             engine::runtime::LinkModel link, int repeats, bool realtime) {
   Run best;
   best.step_s = 1e30;
@@ -67,13 +72,14 @@ Run measure(const patterns::ParsedPattern& p, const engine::ModelConfig& cfg, bo
     engine::exec::ExecutorOptions opt;
     opt.link = link;
     opt.comm_realtime = realtime;
-    engine::exec::Executor ex(p, cfg, 7, plan(p, cfg, overlap), opt);
+    engine::exec::Executor ex(p, cfg, 7, plan(p, cfg, overlap, delay), opt);
     auto res = ex.step(data);
     auto s = traces::summarize(res.timeline);
     if (s.span_s < best.step_s) {
       best.step_s = s.span_s;
       best.summary = s;
       best.priority = res.timeline.metadata.at("host.comm_priority");
+      best.w_gemm_share = engine::exec::weight_gemm_share(res.timeline);
       best.lower_bound_s = 0;
       best.hideable_s = 0;
       for (const auto& d : s.devices) {
@@ -94,7 +100,7 @@ int main(int argc, char** argv) {
   const auto p = patterns::parse(text);
 
   // 1. Calibrate the throttle: mean mlp forward time vs dispatch bytes.
-  engine::exec::Executor probe(p, cfg, 7, plan(p, cfg, false));
+  engine::exec::Executor probe(p, cfg, 7, plan(p, cfg, false, false));
   auto res = probe.step(batches(cfg.vocab_size));
   double mlp_s = 0;
   int mlp_n = 0;
@@ -122,24 +128,39 @@ int main(int argc, char** argv) {
   // Both comm-stream priorities (runtime::CpuWorldOptions::comm_realtime): real-time is the
   // engine's default where the OS grants it; normal lets the OS share the cores evenly.
   for (const bool realtime : {true, false}) {
-    const Run seq = measure(p, cfg, false, link, repeats, realtime);
-    const Run ovl = measure(p, cfg, true, link, repeats, realtime);
-    const bool granted = ovl.priority == "realtime";
+    const Run runs[] = {measure(p, cfg, false, false, link, repeats, realtime),
+                        measure(p, cfg, true, false, link, repeats, realtime),
+                        measure(p, cfg, true, true, link, repeats, realtime)};
+    const bool granted = runs[2].priority == "realtime";
     std::printf("\ncomm priority %s%s\n", realtime ? "realtime" : "normal",
                 realtime && !granted ? " (refused by the OS: ran at normal priority)" : "");
-    std::printf("%-22s %12s %12s\n", "", "sequential", "overlapped");
-    std::printf("%-22s %12.2f %12.2f\n", "step (ms)", seq.step_s * 1e3, ovl.step_s * 1e3);
-    std::printf("%-22s %12.2f %12.2f\n", "compute busy (ms)", seq.summary.compute_busy_s * 1e3,
-                ovl.summary.compute_busy_s * 1e3);
-    std::printf("%-22s %12.2f %12.2f\n", "all-to-all busy (ms)", seq.summary.comm_busy_s * 1e3,
-                ovl.summary.comm_busy_s * 1e3);
-    std::printf("%-22s %12.2f %12.2f\n", "exposed a2a (ms)", seq.summary.comm_exposed_s * 1e3,
-                ovl.summary.comm_exposed_s * 1e3);
-    std::printf("%-22s %12.3f %12.3f\n", "hidden fraction", seq.summary.hidden_fraction, ovl.summary.hidden_fraction);
-    std::printf("%-22s %12.2f %12.2f\n", "busy lower bound (ms)", seq.lower_bound_s * 1e3, ovl.lower_bound_s * 1e3);
-    const double hidden = ovl.summary.comm_busy_s - ovl.summary.comm_exposed_s;
-    std::printf("speedup %.3fx; overlap hid %.1f%% of the hideable all-to-all (min(comm, compute) per rank)\n",
-                seq.step_s / ovl.step_s, 100.0 * hidden / std::max(ovl.hideable_s, 1e-12));
+    auto row = [&](const char* name, const char* format, auto value) {
+      std::printf("%-22s", name);
+      for (const Run& r : runs) std::printf(format, value(r));
+      std::printf("\n");
+    };
+    std::printf("%-22s %12s %12s %12s\n", "", "sequential", "overlapped", "+delay wgrad");
+    row("step (ms)", " %12.2f", [](const Run& r) { return r.step_s * 1e3; });
+    row("compute busy (ms)", " %12.2f", [](const Run& r) { return r.summary.compute_busy_s * 1e3; });
+    row("all-to-all busy (ms)", " %12.2f", [](const Run& r) { return r.summary.comm_busy_s * 1e3; });
+    row("exposed a2a (ms)", " %12.2f", [](const Run& r) { return r.summary.comm_exposed_s * 1e3; });
+    row("hidden a2a (ms)", " %12.2f",
+        [](const Run& r) { return (r.summary.comm_busy_s - r.summary.comm_exposed_s) * 1e3; });
+    row("hidden fraction", " %12.3f", [](const Run& r) { return r.summary.hidden_fraction; });
+    row("W share of bwd GEMMs", " %12.3f", [](const Run& r) { return r.w_gemm_share; });
+    row("busy lower bound (ms)", " %12.2f", [](const Run& r) { return r.lower_bound_s * 1e3; });
+    for (int i = 1; i < 3; ++i) {
+      const Run& r = runs[i];
+      const double hidden = r.summary.comm_busy_s - r.summary.comm_exposed_s;
+      std::printf("%s: speedup %.3fx over sequential; overlap hid %.1f%% of the hideable all-to-all (min(comm, "
+                  "compute) per rank)\n",
+                  i == 1 ? "overlapped" : "+delay wgrad", runs[0].step_s / r.step_s,
+                  100.0 * hidden / std::max(r.hideable_s, 1e-12));
+    }
+    std::printf("delayed wgrad: step %.3fx of overlapped without it, hidden a2a %+.2f ms\n",
+                runs[2].step_s / runs[1].step_s,
+                ((runs[2].summary.comm_busy_s - runs[2].summary.comm_exposed_s) -
+                 (runs[1].summary.comm_busy_s - runs[1].summary.comm_exposed_s)) * 1e3);
   }
   return 0;
 }

@@ -23,7 +23,7 @@ namespace hs = ht::schedule;
 struct PlanArgs {
   std::string pattern;
   ModelFlags model;
-  hs::ParallelConfig parallel;
+  LayoutFlags layout;
   ScheduleFlags schedule;
   bool json_out = false;
   std::string output;
@@ -48,8 +48,9 @@ std::string engineering(double v) {
 
 void print_summary(const hs::Plan& plan, int show) {
   std::cout << "plan      " << plan.schedule << "  pattern '" << plan.pattern << "'\n"
-            << "layout    pp " << plan.pp << " x vpp " << plan.vpp << ", dp " << plan.dp << " (ep "
-            << plan.ep << "), " << plan.microbatches << " microbatches, overlap "
+            << "layout    tp " << plan.tp << " x cp " << plan.cp << " x dp " << plan.dp << " x pp " << plan.pp
+            << " (vpp " << plan.vpp << "), ep " << plan.ep << " x etp " << plan.etp << ", " << plan.microbatches
+            << " microbatches, overlap "
             << (plan.overlap ? "on" : "off") << ", delayed wgrad " << (plan.delay_wgrad ? "on" : "off")
             << "\n"
             << "size      " << plan.nodes.size() << " nodes on " << plan.ranks.size() << " ranks, "
@@ -91,10 +92,15 @@ void print_summary(const hs::Plan& plan, int show) {
 }
 
 int run(const PlanArgs& a) {
-  const auto parsed = ht::patterns::parse(a.pattern);
-  const hs::ModelDims dims = a.model.resolve();
+  const hs::ModelCard card = a.model.resolve_card();
+  const std::string pattern = !a.pattern.empty() ? a.pattern : card.pattern;
+  if (pattern.empty())
+    throw UsageError("give a pattern (PATTERN or --pattern) or a model card (--model NAME; `hybrid-twin models` lists them)");
+  const auto parsed = ht::patterns::parse(pattern);
+  hs::ModelDims dims = card.dims;
+  const hs::ParallelConfig parallel = a.layout.resolve(dims);
   if (!a.output.empty()) io::check_output_file(a.output, "plan file");  // before the build
-  const hs::Plan plan = hs::build_plan(parsed, dims, a.parallel, a.schedule.resolve(a.parallel, parsed.mtp_depths));
+  const hs::Plan plan = hs::build_plan(parsed, dims, parallel, a.schedule.resolve(parallel, parsed.mtp_depths));
   if (!a.output.empty()) {
     hs::save_plan(a.output, plan);
     std::cerr << "wrote " << a.output << " (" << plan.nodes.size() << " nodes, " << plan.ranks.size()
@@ -113,10 +119,10 @@ const Registration reg{{
     "Build the per-rank schedule plan (nodes, streams, issue order, dependencies, costs)",
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<PlanArgs>();
-      sub.add_option("--pattern,PATTERN", a->pattern, "hybrid layer pattern, e.g. '[*E][*E]' or 'M[*E]|M[*E]'")
-          ->required();
+      sub.add_option("--pattern,PATTERN", a->pattern,
+                     "hybrid layer pattern, e.g. '[*E][*E]' or 'M[*E]|M[*E]' (default: the model card's)");
       add_model_flags(sub, a->model);
-      add_parallel_flags(sub, a->parallel);
+      add_layout_flags(sub, a->layout);
       add_schedule_flags(sub, a->schedule);
       sub.add_flag("--json", a->json_out, "print the plan JSON instead of tables");
       sub.add_option("-o,--output", a->output, "write the plan JSON to FILE (atomically)");

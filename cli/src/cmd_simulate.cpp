@@ -17,6 +17,9 @@
 #include "ht/patterns/pattern.hpp"
 #include "ht/schedule/build.hpp"
 #include "ht/schedule/plan_size.hpp"
+#include "ht/schedule/flops.hpp"
+#include "ht/schedule/layout.hpp"
+#include "ht/schedule/memory.hpp"
 #include "ht/sim/cost_model.hpp"
 #include "ht/sim/platform.hpp"
 #include "ht/sim/replay.hpp"
@@ -33,7 +36,7 @@ namespace sim = ht::sim;
 struct SimulateArgs {
   std::string pattern;
   ModelFlags model;
-  hs::ParallelConfig parallel;
+  LayoutFlags layout;
   ScheduleFlags schedule;
   std::string platform = "dgx-h100";
   std::string costs_file;
@@ -49,6 +52,7 @@ struct SimulateArgs {
 // Everything one replay needs; sweeps copy and edit it.
 struct Setup {
   std::string pattern;
+  std::string model;  // the model card's name ("" without a card)
   hs::ModelDims dims;
   hs::ParallelConfig parallel;
   hs::ScheduleOptions options;
@@ -60,11 +64,26 @@ struct Run {
   hs::Plan plan;
   sim::SimResult result;
   double wall_s = 0;
+  hs::ParallelConfig layout;
+  hs::MemoryBreakdown memory;
+  double model_flops = 0;   // per step, Megatron's accounting
+  double global_batch = 0;  // sequences per step
+  int seq_len = 0;
+  double hbm_bytes = 0;
+  double peak_flops = 0;
 };
 
 Run simulate(const Setup& s, const sim::ReplayOptions& replay_options, bool keep_timeline) {
   Run run;
-  run.plan = hs::build_plan(ht::patterns::parse(s.pattern), s.dims, s.parallel, s.options);
+  const auto parsed = ht::patterns::parse(s.pattern);
+  run.plan = hs::build_plan(parsed, s.dims, s.parallel, s.options);
+  run.layout = s.parallel;
+  run.memory = hs::peak_memory(parsed, s.dims, s.parallel, run.plan);
+  run.global_batch = double(s.parallel.dp) * s.parallel.microbatches * s.dims.micro_batch;
+  run.model_flops = hs::model_flops_per_step(parsed, s.dims, run.global_batch);
+  run.seq_len = s.dims.seq_len;
+  run.hbm_bytes = s.platform.gpu.hbm_bytes;
+  run.peak_flops = s.platform.gpu.peak_flops;
   sim::ReplayOptions o = replay_options;
   o.keep_timeline = keep_timeline;
   if (run.plan.nodes.size() > 200000)
@@ -76,9 +95,50 @@ Run simulate(const Setup& s, const sim::ReplayOptions& replay_options, bool keep
   return run;
 }
 
+constexpr double kGiB = 1024.0 * 1024 * 1024;
+
+double tokens_per_s(const Run& r) { return r.global_batch * r.seq_len / r.result.summary.step_time_s; }
+double tflops_per_gpu(const Run& r) {
+  return r.model_flops / r.result.summary.step_time_s / r.result.summary.gpus / 1e12;
+}
+double mfu(const Run& r) { return tflops_per_gpu(r) * 1e12 / r.peak_flops; }
+bool fits(const Run& r) { return r.memory.total() <= r.hbm_bytes; }
+
 nlohmann::json summary_json(const Run& r) {
   const auto& s = r.result.summary;
+  const auto& l = r.layout;
+  const auto& m = r.memory;
   return {{"step_time_s", s.step_time_s},
+          {"tokens_per_s", tokens_per_s(r)},
+          {"model_tflops_per_gpu", tflops_per_gpu(r)},
+          {"mfu", mfu(r)},
+          {"memory_gib", m.total() / kGiB},
+          {"memory_fits", fits(r)},
+          {"memory",
+           {{"rank", m.rank},
+            {"weights_gib", m.weights / kGiB},
+            {"gradients_gib", m.gradients / kGiB},
+            {"optimizer_gib", m.optimizer / kGiB},
+            {"activations_gib", m.activations / kGiB},
+            {"microbatches_in_flight", m.microbatches_in_flight},
+            {"parameters", m.parameters},
+            {"hbm_gib", r.hbm_bytes / kGiB}}},
+          {"layout",
+           {{"gpus", l.global_ranks()}, {"tp", l.tp}, {"cp", l.cp}, {"pp", l.pp}, {"vpp", l.model_chunks()},
+            {"dp", l.dp}, {"ep", l.ep}, {"etp", l.etp}, {"edp", l.edp()}, {"microbatches", l.microbatches},
+            {"mbs", static_cast<int>(r.global_batch / (double(l.dp) * l.microbatches))},
+            {"gbs", r.global_batch}, {"seq_len", r.seq_len}, {"recompute", hs::to_string(l.recompute)},
+            {"grad_sync", l.optimizer.sync == hs::GradSync::Megatron ? "megatron" : "end-of-step"},
+            {"distributed_optimizer", l.optimizer.distributed},
+            {"overlap_grad_reduce", l.optimizer.overlap_grad_reduce},
+            {"overlap_param_gather", l.optimizer.overlap_param_gather},
+            {"account_embedding", r.plan.account_embedding}, {"account_loss", r.plan.account_loss}}},
+          {"model_flops_per_step", r.model_flops},
+          {"tp_comm_s", s.tp_comm_s},
+          {"cp_comm_s", s.cp_comm_s},
+          {"dp_comm_s", s.dp_comm_s},
+          {"dp_exposed_s", s.dp_exposed_s},
+          {"optimizer_s", s.optimizer_s},
           {"compute_busy_s", s.compute_busy_s},
           {"max_compute_busy_s", s.max_compute_busy_s},
           {"a2a_total_s", s.a2a_total_s},
@@ -108,19 +168,58 @@ std::string pct(double f) {
   return o.str();
 }
 
+std::string gib(double bytes) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(1) << bytes / kGiB << " GiB";
+  return o.str();
+}
+
 void print_run(const Setup& s, const Run& r) {
   const auto& m = r.result.summary;
+  const auto& mem = r.memory;
+  const auto& l = r.layout;
+  std::ostringstream perf;
+  perf << std::fixed << std::setprecision(0) << tokens_per_s(r) << " tokens/s, " << std::setprecision(1)
+       << tflops_per_gpu(r) << " model TFLOP/s per GPU, MFU " << pct(mfu(r));
+  if (!s.model.empty()) std::cout << "model        " << s.model << "\n";
   std::cout << "pattern      '" << s.pattern << "'\n"
-            << "schedule     " << r.plan.schedule << ": pp " << r.plan.pp << " x vpp " << r.plan.vpp << ", dp "
-            << r.plan.dp << " (ep " << r.plan.ep << "), " << r.plan.microbatches << " microbatches, overlap "
-            << (r.plan.overlap ? "on" : "off") << ", delayed wgrad " << (r.plan.delay_wgrad ? "on" : "off") << "\n"
-            << sim::describe(sim::sized_for(s.platform, static_cast<int>(r.plan.ranks.size())))
-            << "step time    " << ms(m.step_time_s) << "\n"
+            << "layout       " << hs::describe_layout(l) << "\n"
+            << "batch        " << r.global_batch << " sequences of " << r.seq_len << " tokens = " << l.dp << " dp x "
+            << l.microbatches << " microbatches x " << r.global_batch / (double(l.dp) * l.microbatches) << "\n"
+            << "schedule     " << r.plan.schedule << ", overlap " << (r.plan.overlap ? "on" : "off")
+            << ", delayed wgrad " << (r.plan.delay_wgrad ? "on" : "off") << ", recompute "
+            << hs::to_string(l.recompute) << "\n"
+            << "grad sync    "
+            << (l.optimizer.sync == hs::GradSync::Megatron
+                    ? std::string(l.optimizer.distributed ? "distributed optimizer" : "DDP all-reduce") +
+                          (l.optimizer.overlap_grad_reduce ? ", reduce overlapped with backward" : ", reduce after backward") +
+                          (l.optimizer.distributed ? (l.optimizer.overlap_param_gather ? ", gather before forward"
+                                                                                       : ", gather after step")
+                                                   : "")
+                    : std::string("one all-reduce after the backward (engine)"))
+            << "\n";
+  if (r.plan.account_embedding || r.plan.account_loss)
+    std::cout << "pipeline     layers split with the " << (r.plan.account_embedding ? "embedding" : "")
+              << (r.plan.account_embedding && r.plan.account_loss ? " and the " : "")
+              << (r.plan.account_loss ? "loss" : "") << " counted as a layer\n";
+  std::cout << sim::describe(sim::sized_for(s.platform, static_cast<int>(r.plan.ranks.size())))
+            << "step time    " << ms(m.step_time_s) << "  (" << perf.str() << ")\n"
+            << "memory       " << gib(mem.total()) << " of " << gib(r.hbm_bytes) << (fits(r) ? " (fits)" : " (DOES NOT FIT)")
+            << " on rank " << mem.rank << ": weights " << gib(mem.weights) << ", gradients " << gib(mem.gradients)
+            << ", optimizer " << gib(mem.optimizer) << ", activations " << gib(mem.activations) << " ("
+            << mem.microbatches_in_flight << " microbatches in flight)\n"
             << "compute      " << ms(m.compute_busy_s) << " busy per GPU (busiest " << ms(m.max_compute_busy_s)
             << "), bubble " << pct(m.bubble_fraction) << "\n"
             << "all-to-all   " << ms(m.a2a_total_s) << " per GPU, exposed " << ms(m.a2a_exposed_s) << ", hidden "
             << pct(m.a2a_hidden_fraction) << "\n"
-            << "pipeline p2p " << ms(m.p2p_total_s) << ", gradient all-reduce " << ms(m.allreduce_s) << "\n"
+            << "pipeline p2p " << ms(m.p2p_total_s) << ", gradient all-reduce " << ms(m.allreduce_s) << "\n";
+  if (m.tp_comm_s > 0 || m.cp_comm_s > 0)
+    std::cout << "tp / cp      " << ms(m.tp_comm_s) << " TP/SP collectives, " << ms(m.cp_comm_s)
+              << " CP all-to-alls (in line on the compute stream)\n";
+  if (m.dp_comm_s > 0 || m.optimizer_s > 0)
+    std::cout << "dp stream    " << ms(m.dp_comm_s) << " gradient reduce + parameter gather, exposed "
+              << ms(m.dp_exposed_s) << "; optimizer step " << ms(m.optimizer_s) << "\n";
+  std::cout
             << "simulated    " << m.activities << " activities (" << m.flows << " flows, " << r.result.a2a_model
             << " all-to-all) on " << m.gpus << " GPUs in " << std::setprecision(3) << r.wall_s << " s\n";
 }
@@ -156,7 +255,7 @@ int to_int(const std::string& key, const std::string& v) {
 }
 
 std::vector<std::string> sweep_keys() {
-  std::vector<std::string> keys = {"pattern", "ep", "pp", "vpp", "dp", "microbatches", "routing_skew",
+  std::vector<std::string> keys = {"pattern", "ep", "pp", "vpp", "dp", "microbatches", "tp", "cp", "etp", "routing_skew",
                                    "launch_overhead_us", "comm_launch_us", "interference_factor"};
   for (const auto& k : sim::platform_keys()) keys.push_back(k);
   for (const auto& f : hs::model_fields()) keys.emplace_back(f.name);
@@ -170,6 +269,9 @@ void apply(Setup& s, const std::string& key, const std::string& v) {
   else if (key == "vpp") s.parallel.vpp = to_int(key, v);
   else if (key == "dp") s.parallel.dp = to_int(key, v);
   else if (key == "microbatches") s.parallel.microbatches = to_int(key, v);
+  else if (key == "tp") s.parallel.tp = to_int(key, v);
+  else if (key == "cp") s.parallel.cp = to_int(key, v);
+  else if (key == "etp") s.parallel.etp = to_int(key, v);
   else if (key == "routing_skew") {
     try {
       s.options.routing_skew = std::stod(v);
@@ -365,10 +467,14 @@ int run_compare_grouping(const Setup& base, const SimulateArgs& a, const sim::Re
 
 int run(const SimulateArgs& a) {
   Setup s;
-  s.pattern = a.pattern;
-  s.dims = a.model.resolve();
-  s.parallel = a.parallel;
-  s.options = a.schedule.resolve(a.parallel, ht::patterns::parse(a.pattern).mtp_depths);
+  const hs::ModelCard card = a.model.resolve_card();
+  s.model = card.name;
+  s.pattern = !a.pattern.empty() ? a.pattern : card.pattern;
+  if (s.pattern.empty())
+    throw UsageError("give a pattern (PATTERN or --pattern) or a model card (--model NAME; `hybrid-twin models` lists them)");
+  s.dims = card.dims;
+  s.parallel = a.layout.resolve(s.dims);
+  s.options = a.schedule.resolve(s.parallel, ht::patterns::parse(s.pattern).mtp_depths);
   s.platform = sim::parse_platform(a.platform);
   if (!a.costs_file.empty()) s.costs = sim::load_costs_file(a.costs_file);
   for (const auto& kv : a.cost_overrides) {
@@ -409,13 +515,14 @@ const Registration reg{{
     "Predict step time and hidden all-to-all on a simulated cluster (SimGrid twin); what-if sweeps",
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<SimulateArgs>();
-      sub.add_option("--pattern,PATTERN", a->pattern, "hybrid layer pattern, e.g. 'M[*E]M[*E]'")->required();
+      sub.add_option("--pattern,PATTERN", a->pattern,
+                     "hybrid layer pattern, e.g. 'M[*E]M[*E]' (default: the model card's)");
       add_model_flags(sub, a->model);
-      add_parallel_flags(sub, a->parallel);
+      add_layout_flags(sub, a->layout);
       add_schedule_flags(sub, a->schedule);
       const char* twin = "Twin";
       sub.add_option("--platform", a->platform,
-                     "PRESET[:key=value,...] (presets dgx-h100, dgx-h200) or FILE.xml[:key=value,...]; keys: "
+                     "PRESET[:key=value,...] (presets dgx-h100, dgx-h200, dgx-b200, gb200-nvl72) or FILE.xml[:key=value,...]; keys: "
                      "nodes, gpus_per_node, nvlink_gbps (GB/s), ib_gbps (Gb/s), *_latency_us, *_efficiency, "
                      "peak_tflops, hbm_tbps, oversubscription")
           ->capture_default_str()

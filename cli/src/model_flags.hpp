@@ -12,26 +12,30 @@
 
 #include "command.hpp"
 #include "ht/schedule/config.hpp"
+#include "ht/schedule/layout.hpp"
+#include "ht/schedule/model_card.hpp"
 
 namespace ht::cli {
 
 struct ModelFlags {
   std::string preset = "default";  // "default" or "tiny"
-  std::string model_file;          // JSON object of ModelDims fields
+  std::string model_file;          // a shipped model card's name, a card file or a JSON object of ModelDims fields
   std::map<std::string, int> values;
   std::map<std::string, CLI::Option*> options;
 
-  // Preset, then the file, then every field flag given on the command line.
-  schedule::ModelDims resolve() const {
-    schedule::ModelDims dims = preset == "tiny" ? schedule::tiny_model() : schedule::ModelDims{};
-    if (!model_file.empty()) dims = schedule::load_model_dims(model_file);
+  // Preset, then the card or file, then every field flag given on the command line.
+  schedule::ModelCard resolve_card() const {
+    schedule::ModelCard card;
+    card.dims = preset == "tiny" ? schedule::tiny_model() : schedule::ModelDims{};
+    if (!model_file.empty()) card = schedule::resolve_model(model_file);
     for (const schedule::ModelField& f : schedule::model_fields()) {
       const auto it = options.find(std::string(f.name));
-      if (it != options.end() && it->second->count() > 0) dims.*f.member = values.at(std::string(f.name));
+      if (it != options.end() && it->second->count() > 0) card.dims.*f.member = values.at(std::string(f.name));
     }
-    schedule::validate(dims);
-    return dims;
+    schedule::validate(card.dims);
+    return card;
   }
+  schedule::ModelDims resolve() const { return resolve_card().dims; }
 };
 
 // Registers --preset, --model and one --<field> flag per ModelDims field (e.g. --hidden,
@@ -40,8 +44,9 @@ inline void add_model_flags(CLI::App& sub, ModelFlags& flags) {
   sub.add_option("--preset", flags.preset, "model size preset before --model and field flags")
       ->check(CLI::IsMember({"default", "tiny"}))
       ->capture_default_str();
-  sub.add_option("--model", flags.model_file, "model dimensions as a JSON object (FILE.json)")
-      ->check(CLI::ExistingFile);
+  sub.add_option("--model", flags.model_file,
+                 "a shipped model card (`hybrid-twin models` lists them), a card FILE.json, or model dimensions as a "
+                 "JSON object of fields (FILE.json)");
   for (const schedule::ModelField& f : schedule::model_fields()) {
     std::string flag = "--" + std::string(f.name);
     for (char& c : flag)
@@ -63,6 +68,85 @@ inline void add_parallel_flags(CLI::App& sub, schedule::ParallelConfig& config) 
       ->capture_default_str()->group("Parallel layout");
   sub.add_option("--microbatches", config.microbatches, "microbatches per step")
       ->capture_default_str()->group("Parallel layout");
+}
+
+// The parallel layout of the what-if commands (plan, simulate): Megatron's grid and batch sizes,
+// gradient sync, recomputation (megatron-parallel.md). `train` keeps add_parallel_flags: the
+// engine runs EP, PP and DP only.
+struct LayoutFlags {
+  schedule::LayoutRequest request;
+  schedule::ParallelConfig base;  // options beyond the grid
+  int mbs = 0;
+  std::string recompute = "none";
+  std::string grad_sync = "megatron";
+  bool no_distributed_optimizer = false, no_overlap_grad_reduce = false, no_overlap_param_gather = false;
+  double bucket_elements = 0;
+  CLI::Option* dp_option = nullptr;
+  CLI::Option* microbatches_option = nullptr;
+
+  // The layout, with dims.micro_batch set from --mbs.
+  schedule::ParallelConfig resolve(schedule::ModelDims& dims) const {
+    if (mbs > 0) dims.micro_batch = mbs;
+    schedule::ParallelConfig c = base;
+    c.recompute = schedule::parse_recompute(recompute);
+    if (grad_sync == "megatron") {
+      c.optimizer.sync = schedule::GradSync::Megatron;
+      c.optimizer.distributed = !no_distributed_optimizer;
+      c.optimizer.overlap_grad_reduce = !no_overlap_grad_reduce;
+      c.optimizer.overlap_param_gather = c.optimizer.distributed && c.optimizer.overlap_grad_reduce && !no_overlap_param_gather;
+    } else if (no_distributed_optimizer || no_overlap_grad_reduce || no_overlap_param_gather) {
+      throw UsageError("--no-distributed-optimizer and --no-overlap-* apply to --grad-sync megatron");
+    }
+    c.optimizer.bucket_elements = bucket_elements;
+    schedule::LayoutRequest r = request;
+    if (dp_option == nullptr || dp_option->count() == 0) r.dp = 0;
+    if (microbatches_option == nullptr || microbatches_option->count() == 0) r.microbatches = 0;
+    return schedule::resolve_layout(r, dims, c);
+  }
+};
+
+inline void add_layout_flags(CLI::App& sub, LayoutFlags& f) {
+  const char* group = "Parallel layout (Megatron's grid)";
+  auto& r = f.request;
+  r.dp = 1;
+  r.microbatches = 1;
+  sub.add_option("--gpus", r.gpus, "world size; dp = gpus / (tp x cp x pp) (default: the smallest layout holding the other flags)")
+      ->check(CLI::NonNegativeNumber)->group(group);
+  sub.add_option("--tp", r.tp, "tensor-parallel size (with sequence parallelism)")->capture_default_str()->group(group);
+  sub.add_option("--cp", r.cp, "context-parallel size")->capture_default_str()->group(group);
+  sub.add_option("--pp", r.pp, "pipeline-parallel size")->capture_default_str()->group(group);
+  sub.add_option("--vpp", r.vpp, "virtual stages per pipeline rank (0 = none)")->capture_default_str()->group(group);
+  sub.add_option("--ep", r.ep, "expert-parallel size (folds over tp x cp x dp)")->capture_default_str()->group(group);
+  sub.add_option("--etp", r.etp, "expert tensor-parallel size")->capture_default_str()->group(group);
+  f.dp_option = sub.add_option("--dp", r.dp, "data-parallel size (instead of --gpus)")->group(group);
+  f.microbatches_option =
+      sub.add_option("--microbatches", r.microbatches, "microbatches per step and data-parallel rank (instead of --gbs)")
+          ->group(group);
+  sub.add_option("--gbs", r.gbs, "global batch in sequences; microbatches = gbs / (dp x mbs)")->group(group);
+  sub.add_option("--mbs", f.mbs, "sequences per microbatch (the model's micro_batch)")->group(group);
+  sub.add_flag("--account-for-embedding", f.base.split.account_embedding,
+               "count the embedding as a layer in the pipeline split (pipe-less patterns)")
+      ->group(group);
+  sub.add_flag("--account-for-loss", f.base.split.account_loss,
+               "count the loss as a layer in the pipeline split (pipe-less patterns)")
+      ->group(group);
+  const char* train = "Training step (Megatron)";
+  sub.add_option("--recompute", f.recompute,
+                 "activation recomputation: none, full, or modules core_attn,layernorm,moe_act,mlp,moe,shared_experts,"
+                 "mla_up_proj")
+      ->capture_default_str()->group(train);
+  sub.add_option("--grad-sync", f.grad_sync,
+                 "megatron: DDP buckets, optimizer step, distributed optimizer; end-of-step: one all-reduce after the "
+                 "backward (what the engine does)")
+      ->check(CLI::IsMember({"megatron", "end-of-step"}))->capture_default_str()->group(train);
+  sub.add_flag("--no-distributed-optimizer", f.no_distributed_optimizer, "plain DDP: all-reduce, full optimizer state")
+      ->group(train);
+  sub.add_flag("--no-overlap-grad-reduce", f.no_overlap_grad_reduce, "reduce gradients after the whole backward")->group(train);
+  sub.add_flag("--no-overlap-param-gather", f.no_overlap_param_gather,
+               "gather parameters after the optimizer step instead of before each forward")
+      ->group(train);
+  sub.add_option("--ddp-bucket-size", f.bucket_elements, "DDP bucket size in elements (default max(40M, 1M x dp x cp))")
+      ->check(CLI::NonNegativeNumber)->group(train);
 }
 
 // Schedule switches. Overlap and delayed weight gradients default to on whenever ep > 1 (the

@@ -1,6 +1,10 @@
 // Parsing and validation of `<main>[/<mtp>...]` (reference sections 1.2, 2.1, 2.2, rules R1-R4,
-// G1-G3, G5). Validation runs in Megatron's order: characters first, then group structure, then
-// the attention exclusion; MTP depths are compared before their symbols are checked.
+// G1-G3, G5). Validation order: every character first (R1, R4), then group structure (G1, G2,
+// G5), then the attention exclusion (R2); MTP depths are compared before their symbols are
+// checked. The set of accepted patterns matches Megatron-LM's, but the order is ours: on an input
+// with two faults the rule reported can differ from Megatron's (`M[]X` reports R1 here; Megatron
+// reports the empty group). G5 is our inference of the rule (reference section 4), not Megatron
+// code.
 #include <algorithm>
 #include <cmath>
 #include <set>

@@ -11,16 +11,16 @@ constexpr std::string_view kInputLnNs = "input_layernorm";
 
 // Order: Megatron's counts-dict order (* D G M + - E), then the DEV symbols C H W.
 constexpr std::array<SymbolInfo, 10> kTable{{
-    {'*', "attention", LayerKind::Attention, {kAttnNs, ""}, false, true},
-    {'D', "ds_attention", LayerKind::Attention, {kInputLnNs, kAttnNs}, true, false},
-    {'G', "gdn", LayerKind::Mixer, {kAttnNs, ""}, false, true},
-    {'M', "mamba", LayerKind::Mixer, {"mixer", ""}, false, true},
-    {'+', "mla", LayerKind::Attention, {kInputLnNs, kAttnNs}, true, true},
-    {'-', "mlp", LayerKind::Mlp, {"mlp", ""}, false, true},
-    {'E', "moe", LayerKind::Moe, {"pre_mlp_layernorm", "mlp"}, false, true},
-    {'C', "csa", LayerKind::Attention, {kInputLnNs, kAttnNs}, true, false},
-    {'H', "hca", LayerKind::Attention, {kInputLnNs, kAttnNs}, true, false},
-    {'W', "window_attention", LayerKind::Attention, {kInputLnNs, kAttnNs}, true, true},
+    {'*', "attention", LayerKind::Attention, {kAttnNs, ""}, false, true, true},
+    {'D', "ds_attention", LayerKind::Attention, {kInputLnNs, kAttnNs}, true, false, true},
+    {'G', "gdn", LayerKind::Mixer, {kAttnNs, ""}, false, true, true},
+    {'M', "mamba", LayerKind::Mixer, {"mixer", ""}, false, true, true},
+    {'+', "mla", LayerKind::Attention, {kInputLnNs, kAttnNs}, true, true, true},
+    {'-', "mlp", LayerKind::Mlp, {"mlp", ""}, false, true, true},
+    {'E', "moe", LayerKind::Moe, {"pre_mlp_layernorm", "mlp"}, false, true, true},
+    {'C', "csa", LayerKind::Attention, {kInputLnNs, kAttnNs}, true, false, false},
+    {'H', "hca", LayerKind::Attention, {kInputLnNs, kAttnNs}, true, false, false},
+    {'W', "window_attention", LayerKind::Attention, {kInputLnNs, kAttnNs}, true, true, false},
 }};
 
 }  // namespace

@@ -1,25 +1,44 @@
 // The schedule builder (see build.hpp). It reads like reference section 3.6: a chunk-level run
 // (pre_process, pairs of layers, leftovers, p2p, the deferred W, post_process) made of a
-// layer-level run (the 13 steps), made of three verbs that emit one node each: forward, backward
-// and weight of a slot. Ranks are built one after the other from the same step list, so the
-// members of every collective sit at the same position of their ranks' sequences.
+// layer-level run (the 13 steps), made of three verbs that emit the nodes of one slot: forward,
+// backward and weight (and recompute, which replays forward work right before a backward).
+// Ranks are built one after the other from the same step list, so the members of every
+// collective sit at the same position of their ranks' sequences.
+//
+// Under tensor or context parallelism a compute slot becomes the nodes of its blocks
+// (blocks.hpp): TP/SP all-gathers and reduce-scatters on the compute stream around each TP-split
+// block, the CP ring exchange carried by the attention core's node (overlapped with it), Mamba/GDN
+// head all-to-alls. With tp = cp = 1 every slot is one node, as before those existed.
+//
+// Gradient synchronisation (megatron-parallel.md 4): the end-of-step all-reduce on the comm
+// stream, or Megatron's DDP: per-bucket reductions on the rank's dp stream (launched as the last
+// microbatch's backward finishes each bucket, or after the whole backward), the optimizer step,
+// and the distributed optimizer's parameter all-gathers (before the forward that needs them, or
+// after the optimizer step).
 #include "ht/schedule/build.hpp"
 
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <tuple>
 
+#include "blocks.hpp"
 #include "ht/patterns/pipeline.hpp"
+#include "ht/patterns/symbols.hpp"
 #include "ht/schedule/costs.hpp"
 #include "ht/schedule/error.hpp"
 #include "ht/schedule/layer_shape.hpp"
+#include "ht/schedule/layout.hpp"
+#include "ht/schedule/params.hpp"
 #include "ht/schedule/pipeline_order.hpp"
 #include "ht/schedule/plan_size.hpp"
 
 namespace ht::schedule {
 namespace {
+
+using detail::Block;
 
 struct LayerInfo {
   int index = 0;  // global logical layer, or MTP depth
@@ -32,12 +51,35 @@ struct Chunk {
   std::vector<LayerInfo> layers;  // decoder layers, then MTP depths on the last stage
 };
 
+// Kernel lists shared by many nodes, numbered in order of first use.
+class WorkTable {
+ public:
+  int intern(const std::vector<Kernel>& kernels) {
+    if (kernels.empty()) return -1;
+    std::vector<double> key;
+    key.reserve(kernels.size() * 9);
+    for (const Kernel& k : kernels)
+      key.insert(key.end(), {double(k.kind), double(k.delayable), k.m, k.n, k.k, k.groups, k.flops, k.bytes});
+    auto [it, fresh] = index_.try_emplace(std::move(key), static_cast<int>(works.size()));
+    if (fresh) works.push_back({kernels});
+    return it->second;
+  }
+  std::vector<Work> works;
+
+ private:
+  std::map<std::vector<double>, int> index_;
+};
+
 struct Context {
   const ModelDims& dims;
   const ParallelConfig& cfg;
   const ScheduleOptions& opt;
   int mtp_depths = 0;
   std::vector<std::vector<Chunk>> chunks;  // [pp_rank][vp_stage]
+  Shard shard;
+  WorkTable* works = nullptr;
+  bool blocks() const { return cfg.tp > 1 || cfg.cp > 1; }
+  bool megatron_sync() const { return cfg.optimizer.sync == GradSync::Megatron; }
 };
 
 // A pipeline transfer waiting for its partner on another rank.
@@ -49,13 +91,23 @@ struct P2pKey {
   auto operator<=>(const P2pKey&) const = default;
 };
 
+// Keys of a chunk's parameter groups: logical layers, MTP depth d as -2 - d, and these two.
+constexpr int kEmbeddingKey = -1;
+constexpr int kOutputKey = -1000000;
+
+// Gradients of one rank's chunk that one DDP bucket holds, and what must finish first.
+struct Bucket {
+  bool expert = false;
+  int vp_stage = 0;
+  double elements = 0;
+  std::vector<int> layers;  // parameter-group keys (above)
+};
+
 class RankBuilder {
  public:
-  RankBuilder(const Context& ctx, int rank) : ctx_(ctx), rank_(rank) {
-    pp_rank_ = rank / ctx.cfg.dp;
-    dp_rank_ = rank % ctx.cfg.dp;
-    ep_rank_ = dp_rank_ % ctx.cfg.ep;
-    ep_group_ = dp_rank_ / ctx.cfg.ep;
+  RankBuilder(const Context& ctx, int rank) : ctx_(ctx), rank_(rank), coords_(rank_coords(ctx.cfg, rank)) {
+    for (Group g : {Group::Tp, Group::Cp, Group::Ep, Group::Etp, Group::Dp, Group::Edp})
+      members_[static_cast<int>(g)] = group_members(ctx.cfg, rank, g);
   }
 
   // Chunk-level run (reference section 3.6, chunk level, steps 1-7).
@@ -95,56 +147,105 @@ class RankBuilder {
     if (b && bc->first) process(Slot::PreProcess, Phase::Backward, *b);
   }
 
-  // Gradient all-reduce at the end of the step (non-expert over dp; expert over dp/ep replicas).
-  void finish(double non_expert_bytes, double expert_bytes) {
+  // The distributed optimizer's parameter all-gathers of the previous step's update, issued on
+  // the dp stream before anything else so that every forward can wait for its bucket.
+  void gather_parameters_first(const std::vector<Bucket>& buckets) {
+    if (!ctx_.megatron_sync() || !ctx_.cfg.optimizer.overlap_param_gather) return;
+    // Forward order: the last bucket of a chunk holds its first layers.
+    for (int v = 0; v < ctx_.cfg.model_chunks(); ++v)
+      for (auto it = buckets.rbegin(); it != buckets.rend(); ++it)
+        if (it->vp_stage == v) {
+          const int id = param_gather(*it, static_cast<int>(buckets.rend() - it) - 1, {});
+          if (id >= 0)
+            for (int layer : it->layers) gather_of_.emplace(std::make_pair(v, layer), id);
+        }
+  }
+
+  // Gradient synchronisation at the end of the step (see the file comment).
+  void finish(const std::vector<Bucket>& buckets, double tp_replicated_elements) {
     std::vector<int> chain_ends;
     for (const auto& [key, local] : chain_last_) chain_ends.push_back(local);
     std::sort(chain_ends.begin(), chain_ends.end());
-    auto all_reduce = [&](double bytes, int members, const std::vector<int>& peers,
-                          const char* what) {
-      Node n;
-      n.stream = Stream::Comm;
-      n.slot = Slot::GradAllReduce;
-      n.phase = Phase::Backward;
-      n.symbols = what;
-      n.mem_bytes = bytes;
-      for (int peer : peers)
-        if (peer != rank_) n.sends.push_back({peer, 2 * bytes / members});
+    if (!ctx_.megatron_sync()) {
+      end_of_step_all_reduce(chain_ends);
+      return;
+    }
+    const OptimizerConfig& o = ctx_.cfg.optimizer;
+    std::vector<int> reduces;
+    for (std::size_t i = 0; i < buckets.size(); ++i) {
+      const Bucket& bk = buckets[i];
+      std::vector<int> deps;
+      if (o.overlap_grad_reduce) {
+        for (int layer : bk.layers) {
+          const auto it = grads_done_.find({bk.vp_stage, layer});
+          if (it != grads_done_.end()) deps.push_back(it->second);
+        }
+      } else {
+        deps = chain_ends;  // finalize_model_grads: after the whole backward
+      }
+      const int members = static_cast<int>(group(bk.expert ? Group::Edp : Group::Dp).size());
+      if (members < 2) continue;  // a single replica has nothing to reduce
+      const double bytes = bk.elements * 4.0;  // fp32 main gradients
+      const CollectiveKind kind = o.distributed ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
+      Node n = dp_node(Slot::GradAllReduce, bk, static_cast<int>(i), bytes);
+      for (int peer : group(bk.expert ? Group::Edp : Group::Dp))
+        if (peer != rank_) n.sends.push_back({peer, (kind == CollectiveKind::AllReduce ? 2 : 1) * bytes / members});
+      n.deps = std::move(deps);
+      reduces.push_back(push(std::move(n)));
+      collectives_.emplace_back(reduces.back(), kind, bk.expert ? Group::Edp : Group::Dp);
+    }
+    if (ctx_.cfg.tp > 1 && tp_replicated_elements > 0) {
+      // finalize_model_grads step 3: the SP-replicated weights' gradients, summed over TP.
+      Bucket replicated;
+      Node n = dp_node(Slot::GradAllReduce, replicated, -1, tp_replicated_elements * 4.0);
+      n.symbols = "tp_replicated";
+      for (int peer : group(Group::Tp))
+        if (peer != rank_) n.sends.push_back({peer, 2 * tp_replicated_elements * 4.0 / ctx_.cfg.tp});
       n.deps = chain_ends;
-      push(std::move(n));
-    };
-    const int dp = ctx_.cfg.dp, ep = ctx_.cfg.ep;
-    if (dp > 1 && non_expert_bytes > 0) {
-      std::vector<int> peers;
-      for (int d = 0; d < dp; ++d) peers.push_back(pp_rank_ * dp + d);
-      all_reduce(non_expert_bytes, dp, peers, "non_expert");
+      reduces.push_back(push(std::move(n)));
+      collectives_.emplace_back(reduces.back(), CollectiveKind::AllReduce, Group::Tp);
     }
-    if (dp > ep && expert_bytes > 0) {
-      std::vector<int> peers;
-      for (int d = ep_rank_; d < dp; d += ep) peers.push_back(pp_rank_ * dp + d);
-      all_reduce(expert_bytes, dp / ep, peers, "expert");
+    // The optimizer step over this rank's parameters (its shard of them with the distributed
+    // optimizer): Adam reads the fp32 gradient, master weight and two moments, writes the last
+    // three and the bf16 weight, after the gradient norm read the gradients once more.
+    double elements = 0;
+    for (const Bucket& bk : buckets) {
+      const double shard = o.distributed ? group(bk.expert ? Group::Edp : Group::Dp).size() : 1;
+      elements += bk.elements / shard;
     }
+    Node step;
+    step.stream = Stream::Compute;
+    step.slot = Slot::OptimizerStep;
+    step.phase = Phase::Forward;
+    step.flops = 12 * elements;
+    step.mem_bytes = 34 * elements;
+    step.work = ctx_.works->intern({{KernelKind::Elementwise, false, 0, 0, 0, 1, step.flops, step.mem_bytes}});
+    step.deps = reduces.empty() ? chain_ends : reduces;
+    const int step_id = push(std::move(step));
+    if (o.distributed && !o.overlap_param_gather)
+      for (std::size_t i = buckets.size(); i-- > 0;) param_gather(buckets[i], static_cast<int>(i), {step_id});
   }
 
   int rank() const { return rank_; }
-  int pp_rank() const { return pp_rank_; }
-  int dp_rank() const { return dp_rank_; }
-  int ep_rank() const { return ep_rank_; }
-  int ep_group() const { return ep_group_; }
+  const RankCoords& coords() const { return coords_; }
+  const std::vector<int>& group(Group g) const { return members_[static_cast<int>(g)]; }
 
   std::vector<Node> nodes;                    // ids and deps are local indices until assembled
   std::vector<std::pair<int, P2pKey>> sends;  // local index, the receive it feeds
   std::vector<std::pair<int, P2pKey>> recvs;  // local index, its own key
+  // Local index of every rendezvous node, its kind and group (assembly numbers the instances).
+  std::vector<std::tuple<int, CollectiveKind, Group>> collectives_;
 
  private:
   const Chunk& chunk(int vp) const {
-    return ctx_.chunks[static_cast<std::size_t>(pp_rank_)][static_cast<std::size_t>(vp)];
+    return ctx_.chunks[static_cast<std::size_t>(coords_.pp)][static_cast<std::size_t>(vp)];
   }
-
   // Layer-level run: the 13-step host order of reference section 3.6.
   void run_layer(const LayerInfo* f, const std::optional<ChunkRef>& fr, const LayerInfo* b,
                  const std::optional<ChunkRef>& br, bool last_layer_in_bwd) {
     const bool early = ctx_.opt.early_attn_release;
+    if (b && ctx_.cfg.recompute.full) recompute_layer(*b, *br);  // a checkpointed layer reruns first
+    if (b && ctx_.cfg.recompute.has(kRecomputeMoe) && b->shape.moe()) recompute_moe(*b, *br);
     if (b) backward(*b, Slot::MtpPost, *br);        // 1
     if (b) backward(*b, Slot::Combine, *br);        // 2
     if (f) forward(*f, Slot::PreDispatch, *fr);     // 3
@@ -161,73 +262,236 @@ class RankBuilder {
   }
 
   void forward(const LayerInfo& l, Slot s, ChunkRef c) { layer_node(l, s, Phase::Forward, c); }
-  void backward(const LayerInfo& l, Slot s, ChunkRef c) { layer_node(l, s, Phase::Backward, c); }
+  void backward(const LayerInfo& l, Slot s, ChunkRef c) {
+    if (ctx_.cfg.recompute.modules != 0) recompute_selective(l, s, c);
+    layer_node(l, s, Phase::Backward, c);
+  }
   void weight(const LayerInfo& l, Slot s, ChunkRef c) {
     if (!ctx_.opt.delay_wgrad) return;
     if (!l.shape.has_weight_grad(s, ctx_.dims.shared_expert_ffn > 0)) return;
     layer_node(l, s, Phase::Weight, c);
   }
 
+  // Full recomputation: the layer's whole forward (with its collectives) before its backward.
+  void recompute_layer(const LayerInfo& l, ChunkRef c) {
+    for (Slot s : {Slot::PreDispatch, Slot::Dispatch, Slot::Mlp, Slot::Combine, Slot::MtpPost})
+      layer_node(l, s, Phase::Recompute, c);
+  }
+
+  // Selective `moe`: the MoE part of pre_dispatch (norm, router, shared expert) and the
+  // dispatch, experts and combine replay before the combine's backward.
+  void recompute_moe(const LayerInfo& l, ChunkRef c) {
+    std::vector<Block> moe_part;
+    for (Block& blk : slot_blocks(l, Slot::PreDispatch))
+      if (blk.symbol == 'r' || blk.symbol == 's') moe_part.push_back(std::move(blk));
+    emit_blocks(l, Slot::PreDispatch, Phase::Recompute, c, moe_part);
+    for (Slot s : {Slot::Dispatch, Slot::Mlp, Slot::Combine}) layer_node(l, s, Phase::Recompute, c);
+  }
+
+  // Selective modules of one slot, replayed right before the slot's backward.
+  void recompute_selective(const LayerInfo& l, Slot s, ChunkRef c) {
+    if (s != Slot::PreDispatch && s != Slot::Mlp) return;
+    std::vector<Block> replay;
+    for (const Block& blk : slot_blocks(l, s))
+      for (const RecomputeName& m : recompute_names()) {
+        if (!ctx_.cfg.recompute.has(m.module) || m.module == kRecomputeMoe) continue;
+        Block r = detail::recompute_block(blk, m.module, ctx_.dims, ctx_.shard);
+        if (!r.work.kernels.empty()) replay.push_back(std::move(r));
+      }
+    emit_blocks(l, s, Phase::Recompute, c, replay);
+  }
+
+  std::vector<Block> slot_blocks(const LayerInfo& l, Slot s) const {
+    return detail::slot_blocks(l.shape, s, ctx_.dims, ctx_.cfg.ep, coords_.ep, ctx_.opt.routing_skew, ctx_.shard);
+  }
+
   void layer_node(const LayerInfo& l, Slot s, Phase phase, ChunkRef c) {
     if (!l.shape.has_slot(s)) return;  // no-op slots get no node; the order of the rest holds
-    Node n;
-    n.slot = s;
-    n.phase = phase;
-    n.layer = l.index;
-    n.mtp = l.shape.mtp;
+    if (s == Slot::Dispatch || s == Slot::Combine) {
+      a2a_node(l, s, phase, c);
+      return;
+    }
+    if (ctx_.blocks() && phase != Phase::Weight) {
+      emit_blocks(l, s, phase, c, slot_blocks(l, s));
+      return;
+    }
+    const SlotWork work = slot_work(l.shape, s, ctx_.dims, ctx_.cfg.ep, coords_.ep, ctx_.opt.routing_skew, ctx_.shard);
+    compute_node(l, s, phase, c, work, "");
+  }
+
+  // A dispatch or combine all-to-all over the EP group, with the expert-TP gather (after the
+  // dispatch) or scatter (before the combine) of the routed rows when etp > 1.
+  void a2a_node(const LayerInfo& l, Slot s, Phase phase, ChunkRef c) {
     const auto& d = ctx_.dims;
     const int ep = ctx_.cfg.ep;
     const double skew = ctx_.opt.routing_skew;
-    if (s == Slot::Dispatch || s == Slot::Combine) {
-      n.stream = Stream::Comm;
-      n.symbols = std::string(1, l.shape.terminal);
-      for (int peer = 0; peer < ep; ++peer) {
-        if (peer == ep_rank_) continue;
-        const double out = a2a_bytes(d, ep, skew, s, phase, ep_rank_, peer);
-        const double in = a2a_bytes(d, ep, skew, s, phase, peer, ep_rank_);
-        n.sends.push_back({ep_peer_rank(peer), out});
-        n.mem_bytes += out + in;
-      }
-    } else {
-      n.stream = Stream::Compute;
-      n.symbols = s == Slot::Mlp ? std::string(1, l.shape.terminal) : l.shape.symbols;
-      const NodeCost cost =
-          phase_cost(slot_work(l.shape, s, d, ep, ep_rank_, skew), phase, ctx_.opt.delay_wgrad);
-      n.flops = cost.flops;
-      n.mem_bytes = cost.mem_bytes;
+    const auto& peers = group(Group::Ep);
+    if (s == Slot::Combine && ctx_.cfg.etp > 1) etp_node(l, s, phase, c, Part::EtpScatter);
+    Node n = layer_part(l, s, phase, Part::Main, Stream::Comm);
+    n.symbols = std::string(1, l.shape.terminal);
+    for (int peer = 0; peer < ep; ++peer) {
+      if (peer == coords_.ep) continue;
+      const double out = a2a_bytes(d, ep, skew, s, phase, coords_.ep, peer, ctx_.shard);
+      const double in = a2a_bytes(d, ep, skew, s, phase, peer, coords_.ep, ctx_.shard);
+      n.sends.push_back({peers[static_cast<std::size_t>(peer)], out});
+      n.mem_bytes += out + in;
     }
-    emit(std::move(n), c);
+    collectives_.emplace_back(emit(std::move(n), c), CollectiveKind::AllToAll, Group::Ep);
+    if (s == Slot::Dispatch && ctx_.cfg.etp > 1) etp_node(l, s, phase, c, Part::EtpGather);
+  }
+
+  void etp_node(const LayerInfo& l, Slot s, Phase phase, ChunkRef c, Part part) {
+    const auto& d = ctx_.dims;
+    // Rows this rank received from the all-to-all, before the gather over its etp peers.
+    const double rows = routed_copies(d, ctx_.cfg.ep, coords_.ep, ctx_.opt.routing_skew, ctx_.shard) / ctx_.cfg.etp;
+    const CollectiveKind kind = part == Part::EtpGather ? CollectiveKind::AllGather : CollectiveKind::ReduceScatter;
+    block_collective(l, s, phase, c, l.shape.terminal, part, kind, Group::Etp, rows * d.hidden * d.bytes_per_element,
+                     Stream::Comm);
+  }
+
+  // A node of layer l's slot s in `phase`, not yet emitted.
+  static Node layer_part(const LayerInfo& l, Slot s, Phase phase, Part part, Stream stream) {
+    Node n;
+    n.slot = s;
+    n.phase = phase;
+    n.part = part;
+    n.layer = l.index;
+    n.mtp = l.shape.mtp;
+    n.stream = stream;
+    return n;
+  }
+
+  int compute_node(const LayerInfo& l, Slot s, Phase phase, ChunkRef c, const SlotWork& work,
+                   const std::string& symbols) {
+    Node n = layer_part(l, s, phase, Part::Main, Stream::Compute);
+    n.symbols = !symbols.empty() ? symbols : s == Slot::Mlp ? std::string(1, l.shape.terminal) : l.shape.symbols;
+    const NodeCost cost = phase_cost(work, phase, ctx_.opt.delay_wgrad);
+    n.flops = cost.flops;
+    n.mem_bytes = cost.mem_bytes;
+    n.work = ctx_.works->intern(work.kernels);
+    return emit(std::move(n), c);
+  }
+
+  // A TP/SP, CP or ETP collective of a block: `per_peer` bytes to every member of `g` but this
+  // rank (all-gather, reduce-scatter, all-to-all), on the compute stream unless said otherwise.
+  int block_collective(const LayerInfo& l, Slot s, Phase phase, ChunkRef c, char symbol, Part part,
+                       CollectiveKind kind, Group g, double per_peer, Stream stream = Stream::Compute) {
+    Node n = layer_part(l, s, phase, part, stream);
+    n.symbols = std::string(1, symbol);
+    for (int peer : group(g))
+      if (peer != rank_) {
+        n.sends.push_back({peer, per_peer});
+        n.mem_bytes += 2 * per_peer;
+      }
+    const int id = emit(std::move(n), c);
+    collectives_.emplace_back(id, kind, g);
+    return id;
+  }
+
+  // The nodes of a slot's blocks for one phase (see the file comment). Adjacent blocks without
+  // collectives share one compute node.
+  void emit_blocks(const LayerInfo& l, Slot s, Phase phase, ChunkRef c, std::vector<Block> blocks) {
+    const bool backward = phase == Phase::Backward;
+    if (backward) std::reverse(blocks.begin(), blocks.end());
+    const int tp = ctx_.cfg.tp, cp = ctx_.cfg.cp;
+    const double per_token = ctx_.dims.bytes_per_element * owned_tokens(ctx_.dims, ctx_.shard);
+    SlotWork pending;
+    std::string pending_symbols;
+    auto flush = [&] {
+      if (pending.kernels.empty() && pending.weight_gemm_flops == 0 && pending.other_flops == 0) return;
+      compute_node(l, s, phase, c, pending, pending_symbols);
+      pending = {};
+      pending_symbols.clear();
+    };
+    for (const Block& b : blocks) {
+      const bool tp_comm = b.tp_split && tp > 1 && (b.gather_width > 0 || b.scatter_width > 0);
+      if (!tp_comm && b.ring_elements == 0 && b.cp_a2a_elements == 0) {
+        pending += b.work;
+        pending_symbols += b.symbol;
+        continue;
+      }
+      flush();
+      // Forward: gather the input, run, scatter the output. Backward: gather the output
+      // gradient, run (re-gathering the input for the weight gradients alongside), scatter the
+      // input gradient.
+      const double first = backward ? b.scatter_width : b.gather_width;
+      const double last = backward ? b.gather_width : b.scatter_width;
+      if (tp_comm && first > 0)
+        block_collective(l, s, phase, c, b.symbol, Part::TpGather, CollectiveKind::AllGather, Group::Tp,
+                         first * per_token);
+      if (b.cp_a2a_elements > 0)  // each all-to-all keeps 1/cp of its tensor and sends the rest
+        block_collective(l, s, phase, c, b.symbol, Part::CpExchange, CollectiveKind::AllToAll, Group::Cp,
+                         b.cp_a2a_elements * ctx_.dims.bytes_per_element / cp);
+      const int id = compute_node(l, s, phase, c, b.work, std::string(1, b.symbol));
+      Node& node = nodes[static_cast<std::size_t>(id)];
+      if (b.ring_elements > 0) {
+        // Ring attention: (cp-1) key/value blocks to the successor in the forward, twice as many
+        // (keys/values and their gradients) in the backward, overlapped with the core.
+        const auto& ring = group(Group::Cp);
+        const std::size_t me = static_cast<std::size_t>(std::find(ring.begin(), ring.end(), rank_) - ring.begin());
+        const double bytes = (backward ? 2.0 : 1.0) * (cp - 1) * b.ring_elements * ctx_.dims.bytes_per_element;
+        node.sends.push_back({ring[(me + 1) % ring.size()], bytes});
+        node.mem_bytes += 2 * bytes;
+        collectives_.emplace_back(id, CollectiveKind::AllGather, Group::Cp);
+      } else if (tp_comm && backward && b.gather_width > 0) {
+        for (int peer : group(Group::Tp))
+          if (peer != rank_) node.sends.push_back({peer, b.gather_width * per_token});
+        collectives_.emplace_back(id, CollectiveKind::AllGather, Group::Tp);
+      }
+      if (tp_comm && last > 0)
+        block_collective(l, s, phase, c, b.symbol, Part::TpScatter, CollectiveKind::ReduceScatter, Group::Tp,
+                         last * per_token);
+    }
+    flush();
   }
 
   void process(Slot s, Phase phase, ChunkRef c) {
     SlotWork work;
     if (s == Slot::PreProcess) {
-      work = embedding_work(ctx_.dims);
+      work = embedding_work(ctx_.dims, ctx_.shard);
     } else {
       // The output layer and loss run once per prediction depth (main + every MTP depth).
-      const SlotWork one = output_work(ctx_.dims);
+      const SlotWork one = output_work(ctx_.dims, ctx_.shard);
       for (int k = 0; k <= ctx_.mtp_depths; ++k) work += one;
     }
     const NodeCost cost = phase_cost(work, phase, false);  // embedding/output wgrad never delayed
+    // Under TP the embedding's partial sums are reduce-scattered into the SP shard (forward) and
+    // the gradient gathered back; the output layer gathers its input and scatters its gradient.
+    const bool tp = ctx_.cfg.tp > 1;
+    const double heads = s == Slot::PostProcess ? 1.0 + ctx_.mtp_depths : 1.0;
+    const double per_peer = heads * ctx_.dims.hidden * ctx_.dims.bytes_per_element * owned_tokens(ctx_.dims, ctx_.shard);
+    const bool gather_first = (s == Slot::PostProcess) == (phase == Phase::Forward);
+    const LayerInfo none{-1, {}};
+    if (tp && gather_first)
+      block_collective(none, s, phase, c, 'o', Part::TpGather, CollectiveKind::AllGather, Group::Tp, per_peer);
     Node n;
     n.slot = s;
     n.phase = phase;
     n.flops = cost.flops;
     n.mem_bytes = cost.mem_bytes;
-    emit(std::move(n), c);
+    n.work = ctx_.works->intern(work.kernels);
+    const int key = s == Slot::PreProcess ? kEmbeddingKey : kOutputKey;
+    if (phase == Phase::Forward) {
+      const auto it = gather_of_.find({c.vp_stage, key});
+      if (it != gather_of_.end() && first_use_.insert({c.vp_stage, key}).second) n.deps.push_back(it->second);
+    }
+    const int id = emit(std::move(n), c);
+    if (phase == Phase::Backward && c.microbatch == ctx_.cfg.microbatches - 1) grads_done_[{c.vp_stage, key}] = id;
+    if (tp && !gather_first)
+      block_collective(none, s, phase, c, 'o', Part::TpScatter, CollectiveKind::ReduceScatter, Group::Tp, per_peer);
   }
 
   // The neighbouring stage of chunk c in model order: forward goes to the next stage (the next
   // pp rank, wrapping to pp rank 0 of the next virtual stage), backward to the previous one.
   P2pKey neighbour(Phase direction_of_data, ChunkRef c, bool toward_next) const {
-    const int pp = ctx_.cfg.pp;
-    int peer_pp = pp_rank_, peer_vp = c.vp_stage;
+    const int pp = ctx_.cfg.pp, stage = ctx_.cfg.stage_ranks();
+    int peer_pp = coords_.pp, peer_vp = c.vp_stage;
     if (toward_next) {
       if (++peer_pp == pp) peer_pp = 0, ++peer_vp;
     } else {
       if (--peer_pp < 0) peer_pp = pp - 1, --peer_vp;
     }
-    return {peer_pp * ctx_.cfg.dp + dp_rank_, direction_of_data, c.microbatch, peer_vp};
+    return {peer_pp * stage + rank_ % stage, direction_of_data, c.microbatch, peer_vp};
   }
 
   void pipe_send(Phase phase, ChunkRef c) {
@@ -236,7 +500,7 @@ class RankBuilder {
     n.stream = Stream::Comm;
     n.slot = Slot::PipeSend;
     n.phase = phase;
-    n.mem_bytes = pipe_bytes(ctx_.dims);
+    n.mem_bytes = pipe_bytes(ctx_.dims, ctx_.shard);
     n.sends.push_back({to.rank, n.mem_bytes});
     sends.emplace_back(emit(std::move(n), c), to);
   }
@@ -246,12 +510,67 @@ class RankBuilder {
     n.stream = Stream::Comm;
     n.slot = Slot::PipeRecv;
     n.phase = phase;
-    n.mem_bytes = pipe_bytes(ctx_.dims);
+    n.mem_bytes = pipe_bytes(ctx_.dims, ctx_.shard);
     recvs.emplace_back(emit(std::move(n), c), P2pKey{rank_, phase, c.microbatch, c.vp_stage});
   }
 
-  int ep_peer_rank(int peer_ep_rank) const {
-    return pp_rank_ * ctx_.cfg.dp + ep_group_ * ctx_.cfg.ep + peer_ep_rank;
+  // The end-of-step all-reduce (GradSync::EndOfStep): non-expert gradients over the dense
+  // data-parallel group, expert gradients over the expert data-parallel replicas.
+  void end_of_step_all_reduce(const std::vector<int>& chain_ends) {
+    double non_expert = 0, expert = 0;
+    const auto& d = ctx_.dims;
+    const double local_experts = d.num_experts / ctx_.cfg.ep;
+    for (const Chunk& c : ctx_.chunks[static_cast<std::size_t>(coords_.pp)]) {
+      if (c.first) non_expert += embedding_params(d);
+      if (c.last) non_expert += output_params(d);
+      for (const LayerInfo& l : c.layers) {
+        if (l.shape.mtp) non_expert += mtp_extra_params(d);
+        for (char s : l.shape.symbols) {
+          non_expert += non_expert_params(s, d);
+          if (s == 'E') expert += local_experts * expert_params_per_expert(d);
+        }
+      }
+    }
+    auto all_reduce = [&](double bytes, Group g, const char* what) {
+      const auto& peers = group(g);
+      Node n;
+      n.stream = Stream::Comm;
+      n.slot = Slot::GradAllReduce;
+      n.phase = Phase::Backward;
+      n.symbols = what;
+      n.mem_bytes = bytes;
+      for (int peer : peers)
+        if (peer != rank_) n.sends.push_back({peer, 2 * bytes / static_cast<double>(peers.size())});
+      n.deps = chain_ends;
+      collectives_.emplace_back(push(std::move(n)), CollectiveKind::AllReduce, g);
+    };
+    if (group(Group::Dp).size() > 1 && non_expert > 0) all_reduce(non_expert * d.bytes_per_element, Group::Dp, "non_expert");
+    if (group(Group::Edp).size() > 1 && expert > 0) all_reduce(expert * d.bytes_per_element, Group::Edp, "expert");
+  }
+
+  Node dp_node(Slot s, const Bucket& bk, int index, double bytes) const {
+    Node n;
+    n.stream = Stream::Dp;
+    n.slot = s;
+    n.phase = s == Slot::ParamGather ? Phase::Forward : Phase::Backward;
+    n.symbols = bk.expert ? "expert" : "non_expert";
+    n.vp_stage = bk.vp_stage;
+    n.layer = index;  // the bucket
+    n.mem_bytes = bytes;
+    return n;
+  }
+
+  int param_gather(const Bucket& bk, int index, std::vector<int> deps) {
+    const auto& g = group(bk.expert ? Group::Edp : Group::Dp);
+    if (g.size() < 2) return -1;  // nothing to gather from a single replica
+    const double bytes = bk.elements * 2.0;  // bf16 parameters
+    Node n = dp_node(Slot::ParamGather, bk, index, bytes);
+    for (int peer : g)
+      if (peer != rank_) n.sends.push_back({peer, bytes / static_cast<double>(g.size())});
+    n.deps = std::move(deps);
+    const int id = push(std::move(n));
+    collectives_.emplace_back(id, CollectiveKind::AllGather, bk.expert ? Group::Edp : Group::Dp);
+    return id;
   }
 
   // Appends a node of chunk c and chains it after the previous node of the same chunk plan
@@ -262,8 +581,16 @@ class RankBuilder {
     const auto key = std::make_pair(c.microbatch, c.vp_stage);
     const auto it = chain_last_.find(key);
     if (it != chain_last_.end()) n.deps.push_back(it->second);
+    const int layer = n.layer < 0 ? kEmbeddingKey : n.mtp ? -2 - n.layer : n.layer;
+    if (n.layer >= 0 && n.phase == Phase::Forward && !gather_of_.empty()) {
+      const auto g = gather_of_.find({c.vp_stage, layer});
+      if (g != gather_of_.end() && first_use_.insert({c.vp_stage, layer}).second) n.deps.push_back(g->second);
+    }
+    const bool grads = n.phase == Phase::Backward || n.phase == Phase::Weight;
+    const int n_layer = n.layer;
     const int local = push(std::move(n));
     chain_last_[key] = local;
+    if (grads && n_layer >= 0 && c.microbatch == ctx_.cfg.microbatches - 1) grads_done_[{c.vp_stage, layer}] = local;
     return local;
   }
 
@@ -275,8 +602,13 @@ class RankBuilder {
   }
 
   const Context& ctx_;
-  int rank_, pp_rank_ = 0, dp_rank_ = 0, ep_rank_ = 0, ep_group_ = 0;
+  int rank_;
+  RankCoords coords_;
+  std::vector<int> members_[7];
   std::map<std::pair<int, int>, int> chain_last_;
+  std::map<std::pair<int, int>, int> grads_done_;  // (vp, layer) -> last node of the last microbatch
+  std::map<std::pair<int, int>, int> gather_of_;   // (vp, layer) -> its bucket's parameter gather
+  std::set<std::pair<int, int>> first_use_;        // (vp, layer) whose first forward waited already
 };
 
 [[noreturn]] void reject(ErrorCode code, const std::string& message) {
@@ -288,22 +620,90 @@ std::string layer_name(const patterns::Item& item, int logical) {
          std::to_string(item.position) + ")";
 }
 
-// Parameter bytes of one pipeline rank: (non-expert, local expert).
-std::pair<double, double> stage_parameter_bytes(const Context& ctx, int pp_rank) {
+// One rank's parameters of one layer: TP-split part / tp + replicated part (dense), local
+// experts / etp (expert); and the replicated part alone (its gradients are summed over TP).
+struct LayerParams {
+  double dense = 0, expert = 0, replicated = 0;
+};
+
+LayerParams rank_layer_params(const LayerShape& shape, const ModelDims& d, const ParallelConfig& cfg) {
+  LayerParams p;
+  if (shape.mtp) {
+    // eh_proj is column-parallel; enorm, hnorm and the final norm are replicated.
+    p.dense += 2.0 * d.hidden * d.hidden / cfg.tp + 3.0 * d.hidden;
+    p.replicated += 3.0 * d.hidden;
+  }
+  for (char s : shape.symbols) {
+    const ParamSplit split = layer_param_split(s, d);
+    p.dense += split.tp_split / cfg.tp + split.replicated;
+    p.replicated += split.replicated;
+    if (s == 'E') p.expert += double(d.num_experts / cfg.ep) * expert_params_per_expert(d) / cfg.etp;
+  }
+  return p;
+}
+
+// Megatron's DDP buckets of one rank (megatron-parallel.md 4.1): parameters in reverse order of
+// registration, a bucket closing once it holds `bucket_elements`; only the first chunk of
+// pipeline rank 0 is cut into buckets (and only with overlap_grad_reduce), every other chunk has
+// one bucket per buffer. Dense and expert parameters fill separate buffers.
+std::vector<Bucket> rank_buckets(const Context& ctx, int pp_rank, double* tp_replicated) {
   const auto& d = ctx.dims;
-  double non_expert = 0, expert = 0;
-  for (const Chunk& c : ctx.chunks[static_cast<std::size_t>(pp_rank)]) {
-    if (c.first) non_expert += embedding_params(d);
-    if (c.last) non_expert += output_params(d);
-    for (const LayerInfo& l : c.layers) {
-      if (l.shape.mtp) non_expert += mtp_extra_params(d);
-      for (char s : l.shape.symbols) {
-        non_expert += non_expert_params(s, d);
-        if (s == 'E') expert += (d.num_experts / ctx.cfg.ep) * expert_params_per_expert(d);
+  const auto& cfg = ctx.cfg;
+  std::vector<Bucket> out;
+  const double size = cfg.optimizer.bucket_elements > 0
+                          ? cfg.optimizer.bucket_elements
+                          : std::max(40e6, 1e6 * cfg.dp * cfg.cp);
+  const double vocab_params = double(d.vocab) * d.hidden / cfg.tp;
+  *tp_replicated = 0;
+  const auto& chunks = ctx.chunks[static_cast<std::size_t>(pp_rank)];
+  for (int v = 0; v < static_cast<int>(chunks.size()); ++v) {
+    const Chunk& c = chunks[static_cast<std::size_t>(v)];
+    const bool cut = cfg.optimizer.overlap_grad_reduce && pp_rank == 0 && v == 0;
+    // (layer id, dense, expert) in reverse registration order.
+    std::vector<std::tuple<int, double, double>> params;
+    if (c.last) {
+      const bool own_copy = !d.tied_embeddings || cfg.pp > 1;  // a tied output shares stage 0's weight
+      params.emplace_back(kOutputKey, (own_copy ? vocab_params : 0.0) + d.hidden, 0.0);
+      *tp_replicated += d.hidden;
+    }
+    for (auto it = c.layers.rbegin(); it != c.layers.rend(); ++it) {
+      const LayerParams p = rank_layer_params(it->shape, d, cfg);
+      params.emplace_back(it->shape.mtp ? -2 - it->index : it->index, p.dense, p.expert);
+      *tp_replicated += p.replicated;
+    }
+    if (c.first) params.emplace_back(kEmbeddingKey, vocab_params, 0.0);
+    for (bool expert : {false, true}) {
+      Bucket current{expert, v, 0, {}};
+      for (const auto& [layer, dense, experts] : params) {
+        const double n = expert ? experts : dense;
+        if (n <= 0) continue;
+        current.elements += n;
+        if (std::find(current.layers.begin(), current.layers.end(), layer) == current.layers.end())
+          current.layers.push_back(layer);
+        if (cut && current.elements >= size) {
+          out.push_back(std::move(current));
+          current = {expert, v, 0, {}};
+        }
       }
+      if (current.elements > 0) out.push_back(std::move(current));
     }
   }
-  return {non_expert * d.bytes_per_element, expert * d.bytes_per_element};
+  return out;
+}
+
+void check_recompute(const patterns::ParsedPattern& pattern, const ParallelConfig& config,
+                     const ScheduleOptions& options) {
+  const Recompute& r = config.recompute;
+  if (r.full && r.modules != 0)
+    reject(ErrorCode::BadConfig, "recompute: 'full' cannot be combined with selective modules (" + to_string(r) + ")");
+  if (options.overlap && r.full)
+    reject(ErrorCode::O7_OverlapConfig,
+           "full recomputation is not supported with the EP all-to-all overlap (Megatron's rule); use selective "
+           "modules or turn overlap off (pattern '" + pattern.text + "')");
+  if (options.overlap && r.has(kRecomputeMoe))
+    reject(ErrorCode::O7_OverlapConfig,
+           "recomputing the 'moe' module replays its all-to-alls and is not supported with the EP all-to-all "
+           "overlap (Megatron's rule); use moe_act or turn overlap off");
 }
 
 }  // namespace
@@ -329,12 +729,30 @@ void check_schedule_config(const patterns::ParsedPattern& pattern, const ModelDi
   if (options.delay_wgrad && !overlap)
     reject(ErrorCode::O10_DelayWgradNeedsOverlap,
            "delayed weight gradients (delay_wgrad) need the overlap schedule, but overlap is off");
+  if (options.delay_wgrad) {
+    // Checked before O1 so that the reason is the weight gradients: a layer type without a wgrad
+    // callable would have its weight gradients silently dropped, so the plan is refused.
+    auto check = [&](const std::string& symbols, const std::string& where) {
+      for (const char c : symbols) {
+        const patterns::SymbolInfo* info = patterns::find_symbol(c);
+        if (info && !info->defers_wgrad)
+          reject(ErrorCode::DelayWgradLayer,
+                 "delayed weight gradients (delay_wgrad) need every layer to move its weight-gradient GEMMs "
+                 "to a W node, but layer type '" + std::string(1, c) + "' (" + std::string(info->name) +
+                     ") in " + where + " has no weight-gradient step to delay (the overlap scheduler's wgrad map "
+                     "covers M * D G + and the - / E terminal); turn delay_wgrad off (pattern '" + pattern.text + "')");
+      }
+    };
+    int logical = 0;
+    for (const auto& item : pattern.items()) check(item.symbols, layer_name(item, logical++));
+    if (pattern.mtp_depths > 0) check(pattern.mtp, "the MTP depth pattern");
+  }
   if (options.early_attn_release && !overlap)
     reject(ErrorCode::O7_OverlapConfig,
            "early attention memory release needs the overlap schedule, but overlap is off");
   if (overlap && options.cuda_graphs)
     reject(ErrorCode::O2_OverlapCudaGraphs,
-           "the EP all-to-all overlap does not support CUDA graphs for grouped hybrid patterns; "
+           "the EP all-to-all overlap does not support CUDA graphs (for any pattern); "
            "turn off cuda graphs or overlap (pattern '" + pattern.text + "')");
   if (overlap && config.ep <= 1)
     reject(ErrorCode::O7_OverlapConfig,
@@ -370,21 +788,22 @@ void check_schedule_config(const patterns::ParsedPattern& pattern, const ModelDi
   if (has_moe && dims.num_experts % config.ep != 0)
     reject(ErrorCode::BadConfig, "num_experts = " + std::to_string(dims.num_experts) +
                                      " must be a multiple of ep = " + std::to_string(config.ep));
+  check_recompute(pattern, config, options);
+  check_layout(pattern, dims, config);
 }
 
 Plan build_plan(const patterns::ParsedPattern& pattern, const ModelDims& dims,
                 const ParallelConfig& config, const ScheduleOptions& options) {
   check_schedule_config(pattern, dims, config, options);
 
-  Context ctx{dims, config, options, pattern.mtp_depths, {}};
+  WorkTable works;
+  Context ctx{dims, config, options, pattern.mtp_depths, {}, shard_of(config), &works};
   const int chunks_per_rank = config.model_chunks();
   ctx.chunks.assign(static_cast<std::size_t>(config.pp),
                     std::vector<Chunk>(static_cast<std::size_t>(chunks_per_rank)));
-  patterns::PipelineConfig pipeline;
-  pipeline.pp = config.pp;
-  if (config.vpp > 0) pipeline.vpp = config.vpp;
+  PipelineSplit split_used;
   int allocated_layers = 0;
-  for (const patterns::StageSlice& stage : patterns::allocate_stages(pattern, pipeline)) {
+  for (const patterns::StageSlice& stage : split_stages(pattern, config, &split_used)) {
     if (stage.pp_rank < 0 || stage.pp_rank >= config.pp || stage.vp_stage < 0 ||
         stage.vp_stage >= chunks_per_rank)
       throw std::logic_error("allocate_stages returned stage (pp_rank " +
@@ -411,12 +830,17 @@ Plan build_plan(const patterns::ParsedPattern& pattern, const ModelDims& dims,
     last.layers.push_back({depth, split_layer(pattern.mtp, true)});
 
   // Build every rank from its step list.
+  std::vector<std::vector<Bucket>> buckets(static_cast<std::size_t>(config.pp));
+  std::vector<double> replicated(static_cast<std::size_t>(config.pp), 0);
+  if (ctx.megatron_sync())
+    for (int p = 0; p < config.pp; ++p) buckets[static_cast<std::size_t>(p)] = rank_buckets(ctx, p, &replicated[static_cast<std::size_t>(p)]);
   std::vector<RankBuilder> builders;
   for (int r = 0; r < config.global_ranks(); ++r) {
     RankBuilder b(ctx, r);
-    for (const PipelineStep& step : pipeline_steps(config, b.pp_rank(), options.overlap)) b.run(step);
-    const auto [non_expert, expert] = stage_parameter_bytes(ctx, b.pp_rank());
-    b.finish(non_expert, expert);
+    const auto pp = static_cast<std::size_t>(b.coords().pp);
+    b.gather_parameters_first(buckets[pp]);
+    for (const PipelineStep& step : pipeline_steps(config, b.coords().pp, options.overlap)) b.run(step);
+    b.finish(buckets[pp], replicated[pp]);
     builders.push_back(std::move(b));
   }
 
@@ -428,9 +852,13 @@ Plan build_plan(const patterns::ParsedPattern& pattern, const ModelDims& dims,
   plan.vpp = chunks_per_rank;
   plan.ep = config.ep;
   plan.dp = config.dp;
+  plan.tp = config.tp;
+  plan.cp = config.cp;
+  plan.etp = config.etp;
   plan.microbatches = config.microbatches;
   plan.overlap = options.overlap;
   plan.delay_wgrad = options.delay_wgrad;
+  plan.works = std::move(works.works);
   std::vector<int> offset;
   std::map<P2pKey, int> recv_ids;
   for (RankBuilder& b : builders) {
@@ -438,9 +866,11 @@ Plan build_plan(const patterns::ParsedPattern& pattern, const ModelDims& dims,
     offset.push_back(base);
     RankPlan rp;
     rp.rank = b.rank();
-    rp.pp_rank = b.pp_rank();
-    rp.ep_rank = b.ep_rank();
-    rp.dp_rank = b.dp_rank();
+    rp.pp_rank = b.coords().pp;
+    rp.ep_rank = b.coords().ep;
+    rp.dp_rank = b.coords().dp;
+    rp.tp_rank = b.coords().tp;
+    rp.cp_rank = b.coords().cp;
     for (Node& n : b.nodes) {
       n.id += base;
       for (int& dep : n.deps) dep += base;
@@ -451,12 +881,14 @@ Plan build_plan(const patterns::ParsedPattern& pattern, const ModelDims& dims,
     plan.ranks.push_back(std::move(rp));
   }
 
-  // Collectives, numbered in the id order of the node that creates them (the first member of an
-  // all-to-all or all-reduce, the send of a p2p pair).
-  std::map<std::tuple<int, int, int, int>, int> collective_of;
-  auto join = [&](std::tuple<int, int, int, int> key, CollectiveKind kind, int node) {
+  // Collectives, numbered in the id order of the node that creates them (the first member of a
+  // rendezvous, the send of a p2p pair). The k-th rendezvous of a (kind, group) on a rank meets
+  // the k-th of the same kind and group on every other member: all members issue the same
+  // sequence.
+  std::map<std::tuple<int, int, int, int, int>, int> collective_of;
+  auto join = [&](std::tuple<int, int, int, int, int> key, CollectiveKind kind, Group g, int node) {
     auto [it, fresh] = collective_of.try_emplace(key, static_cast<int>(plan.collectives.size()));
-    if (fresh) plan.collectives.push_back({it->second, kind, {}});
+    if (fresh) plan.collectives.push_back({it->second, kind, g, {}});
     plan.collectives[static_cast<std::size_t>(it->second)].nodes.push_back(node);
     plan.nodes[static_cast<std::size_t>(node)].collective = it->second;
   };
@@ -475,38 +907,36 @@ Plan build_plan(const patterns::ParsedPattern& pattern, const ModelDims& dims,
   if (!recv_ids.empty())
     throw std::logic_error("pipeline receive on rank " + std::to_string(recv_ids.begin()->first.rank) +
                            " has no matching send");
-  std::map<std::pair<int, int>, int> a2a_counter;  // (rank) -> A2A nodes seen
+  // Rendezvous: which local node is the k-th of its (kind, group) on its rank.
+  std::vector<std::tuple<int, CollectiveKind, Group, int>> rendezvous;  // node, kind, group, k
+  for (std::size_t r = 0; r < builders.size(); ++r) {
+    std::map<std::pair<CollectiveKind, Group>, int> seen;
+    for (const auto& [local, kind, g] : builders[r].collectives_)
+      rendezvous.emplace_back(offset[r] + local, kind, g, seen[{kind, g}]++);
+  }
+  std::sort(rendezvous.begin(), rendezvous.end(),
+            [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
+  std::size_t next_rendezvous = 0;
   for (std::size_t id = 0; id < plan.nodes.size(); ++id) {
-    Node& n = plan.nodes[id];
-    const RankBuilder& b = builders[static_cast<std::size_t>(n.rank)];
     const int node_id = static_cast<int>(id);
-    switch (n.slot) {
-      case Slot::Dispatch:
-      case Slot::Combine: {
-        const int k = a2a_counter[{n.rank, 0}]++;
-        join({0, b.pp_rank(), b.ep_group(), k}, CollectiveKind::AllToAll, node_id);
-        break;
-      }
-      case Slot::PipeSend: {
-        const int recv = recv_of_send.at(node_id);
-        join({1, node_id, 0, 0}, CollectiveKind::PointToPoint, node_id);
-        join({1, node_id, 0, 0}, CollectiveKind::PointToPoint, recv);
-        plan.nodes[static_cast<std::size_t>(recv)].deps.push_back(node_id);
-        break;
-      }
-      case Slot::GradAllReduce: {
-        const bool expert = n.symbols == "expert";
-        join({2, b.pp_rank(), expert ? 1 : 0, expert ? b.ep_rank() : 0}, CollectiveKind::AllReduce,
-             node_id);
-        break;
-      }
-      default: break;
+    if (plan.nodes[id].slot == Slot::PipeSend) {
+      const int recv = recv_of_send.at(node_id);
+      join({-1, node_id, 0, 0, 0}, CollectiveKind::PointToPoint, Group::Pp, node_id);
+      join({-1, node_id, 0, 0, 0}, CollectiveKind::PointToPoint, Group::Pp, recv);
+      plan.nodes[static_cast<std::size_t>(recv)].deps.push_back(node_id);
+    }
+    while (next_rendezvous < rendezvous.size() && std::get<0>(rendezvous[next_rendezvous]) == node_id) {
+      const auto& [node, kind, g, k] = rendezvous[next_rendezvous++];
+      const int leader = builders[static_cast<std::size_t>(plan.nodes[id].rank)].group(g).front();
+      join({static_cast<int>(kind), static_cast<int>(g), leader, k, 0}, kind, g, node);
     }
   }
   for (Node& n : plan.nodes) {
     std::sort(n.deps.begin(), n.deps.end());
     n.deps.erase(std::unique(n.deps.begin(), n.deps.end()), n.deps.end());
   }
+  plan.account_embedding = split_used.account_embedding;
+  plan.account_loss = split_used.account_loss;
   return plan;
 }
 

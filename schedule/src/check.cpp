@@ -11,10 +11,23 @@ namespace {
 
 [[noreturn]] void bad(const std::string& message) { throw ScheduleError(ErrorCode::BadPlan, message); }
 
-bool comm_slot(Slot s) {
-  return s == Slot::Dispatch || s == Slot::Combine || s == Slot::PipeSend || s == Slot::PipeRecv ||
-         s == Slot::GradAllReduce;
+// Which streams may run a node: comm slots on the comm stream; gradient reductions and
+// parameter gathers on the comm stream (end-of-step all-reduce) or the dp stream (Megatron's
+// DDP); TP/SP and CP collectives of a block on the compute stream with the block; expert-TP
+// collectives with the all-to-alls on the comm stream; compute slots on the compute stream.
+bool stream_allowed(const Node& n) {
+  switch (n.slot) {
+    case Slot::Dispatch:
+    case Slot::Combine: return n.stream == Stream::Comm;
+    case Slot::PipeSend:
+    case Slot::PipeRecv: return n.stream == Stream::Comm && n.part == Part::Main;
+    case Slot::GradAllReduce:
+    case Slot::ParamGather: return n.stream != Stream::Compute && n.part == Part::Main;
+    default: return n.stream == Stream::Compute && n.part != Part::EtpGather && n.part != Part::EtpScatter;
+  }
 }
+
+int queue_of(const Node& n) { return n.rank * 3 + static_cast<int>(n.stream); }
 
 std::string node_name(const Plan& plan, int id) {
   return "node " + std::to_string(id) + " (rank " + std::to_string(plan.node(id).rank) + ", " +
@@ -31,9 +44,12 @@ void check_plan_structure(const Plan& plan) {
   const int n_nodes = static_cast<int>(plan.nodes.size());
   const int n_ranks = static_cast<int>(plan.ranks.size());
   const int n_coll = static_cast<int>(plan.collectives.size());
-  if (n_ranks != plan.pp * plan.dp)
-    bad("plan has " + std::to_string(n_ranks) + " ranks, but pp x dp = " +
-        std::to_string(plan.pp * plan.dp));
+  if (plan.tp < 1 || plan.cp < 1 || plan.etp < 1)
+    bad("plan sizes must be >= 1 (tp " + std::to_string(plan.tp) + ", cp " + std::to_string(plan.cp) + ", etp " +
+        std::to_string(plan.etp) + ")");
+  if (static_cast<long long>(n_ranks) != static_cast<long long>(plan.pp) * plan.dp * plan.tp * plan.cp)
+    bad("plan has " + std::to_string(n_ranks) + " ranks, but tp x cp x dp x pp = " +
+        std::to_string(static_cast<long long>(plan.pp) * plan.dp * plan.tp * plan.cp));
   for (int i = 0; i < n_nodes; ++i) {
     const Node& n = plan.nodes[static_cast<std::size_t>(i)];
     const std::string where = "node " + std::to_string(i);
@@ -43,9 +59,9 @@ void check_plan_structure(const Plan& plan) {
       bad(where + " has microbatch " + std::to_string(n.microbatch));
     if (n.vp_stage < 0 || n.vp_stage >= plan.vpp)
       bad(where + " has vp_stage " + std::to_string(n.vp_stage) + " (vpp " + std::to_string(plan.vpp) + ")");
-    if (comm_slot(n.slot) != (n.stream == Stream::Comm))
-      bad(where + " runs slot " + std::string(to_string(n.slot)) + " on the " +
-          std::string(to_string(n.stream)) + " stream");
+    if (!stream_allowed(n))
+      bad(where + " runs slot " + std::string(to_string(n.slot)) + " (" + std::string(to_string(n.part)) +
+          ") on the " + std::string(to_string(n.stream)) + " stream");
     if (!std::isfinite(n.flops) || n.flops < 0 || !std::isfinite(n.mem_bytes) || n.mem_bytes < 0)
       bad(where + " has a negative or non-finite cost");
     for (const Transfer& t : n.sends)
@@ -90,16 +106,15 @@ void check_plan_structure(const Plan& plan) {
 std::string find_deadlock(const Plan& plan) {
   const std::size_t n = plan.nodes.size();
   // Stream queues: issue order restricted to each (rank, stream).
-  std::vector<std::vector<int>> queues(plan.ranks.size() * 2);
+  std::vector<std::vector<int>> queues(plan.ranks.size() * 3);
   for (const RankPlan& rp : plan.ranks)
-    for (int id : rp.issue)
-      queues[static_cast<std::size_t>(rp.rank) * 2 + (plan.node(id).stream == Stream::Comm ? 1 : 0)].push_back(id);
+    for (int id : rp.issue) queues[static_cast<std::size_t>(queue_of(plan.node(id)))].push_back(id);
   std::vector<std::size_t> head(queues.size(), 0);
   std::vector<char> done(n, 0);
   auto at_head = [&](int id) {
-    const Node& nd = plan.node(id);
-    const auto& q = queues[static_cast<std::size_t>(nd.rank) * 2 + (nd.stream == Stream::Comm ? 1 : 0)];
-    const std::size_t h = head[static_cast<std::size_t>(nd.rank) * 2 + (nd.stream == Stream::Comm ? 1 : 0)];
+    const auto q_index = static_cast<std::size_t>(queue_of(plan.node(id)));
+    const auto& q = queues[q_index];
+    const std::size_t h = head[q_index];
     return h < q.size() && q[h] == id;
   };
   auto deps_done = [&](int id) {
@@ -128,7 +143,7 @@ std::string find_deadlock(const Plan& plan) {
           for (int m : members) {
             done[static_cast<std::size_t>(m)] = 1;
             const Node& mn = plan.node(m);
-            ++head[static_cast<std::size_t>(mn.rank) * 2 + (mn.stream == Stream::Comm ? 1 : 0)];
+            ++head[static_cast<std::size_t>(queue_of(mn))];
             ++completed;
           }
         } else {
@@ -146,6 +161,25 @@ std::string find_deadlock(const Plan& plan) {
   for (std::size_t q = 0; q < queues.size(); ++q)
     if (head[q] < queues[q].size()) out << " [" << node_name(plan, queues[q][head[q]]) << "]";
   return out.str();
+}
+
+std::string beyond_engines(const Plan& plan) {
+  std::string what;
+  auto add = [&](const std::string& item) { what += (what.empty() ? "" : ", ") + item; };
+  if (plan.tp > 1) add("tensor parallelism (tp " + std::to_string(plan.tp) + ")");
+  if (plan.cp > 1) add("context parallelism (cp " + std::to_string(plan.cp) + ")");
+  if (plan.etp > 1) add("expert tensor parallelism (etp " + std::to_string(plan.etp) + ")");
+  bool dp_stream = false, recompute = false, parts = false;
+  for (const Node& n : plan.nodes) {
+    dp_stream = dp_stream || n.stream == Stream::Dp || n.slot == Slot::OptimizerStep || n.slot == Slot::ParamGather;
+    recompute = recompute || n.phase == Phase::Recompute;
+    parts = parts || n.part != Part::Main;
+  }
+  if (dp_stream) add("Megatron's DDP gradient sync (buckets, optimizer step, parameter gathers)");
+  if (recompute) add("activation recomputation");
+  if (parts && what.empty()) add("TP/CP collectives");
+  if (what.empty()) return "";
+  return "the plan uses " + what + ", which the engines do not run (the twin simulates it)";
 }
 
 }  // namespace ht::schedule

@@ -2,6 +2,7 @@
 // JSON file (see config.hpp).
 #include "ht/schedule/config.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
@@ -14,19 +15,19 @@
 namespace ht::schedule {
 namespace {
 
-constexpr std::array<ModelField, 23> kFields{{
+constexpr std::array<ModelField, 35> kFields{{
     {"hidden", &ModelDims::hidden, 1, "hidden size"},
     {"ffn_hidden", &ModelDims::ffn_hidden, 1, "dense MLP intermediate size"},
     {"num_heads", &ModelDims::num_heads, 1, "attention query heads"},
     {"num_kv_heads", &ModelDims::num_kv_heads, 1, "attention key/value heads (GQA)"},
-    {"head_dim", &ModelDims::head_dim, 1, "attention head size"},
+    {"head_dim", &ModelDims::head_dim, 1, "attention head size (MLA: the no-RoPE query/key part)"},
     {"mamba_state", &ModelDims::mamba_state, 1, "Mamba SSM state size per head"},
     {"mamba_head_dim", &ModelDims::mamba_head_dim, 1, "Mamba head size"},
     {"mamba_num_heads", &ModelDims::mamba_num_heads, 1, "Mamba heads"},
     {"mamba_groups", &ModelDims::mamba_groups, 1, "Mamba B/C groups"},
     {"conv_kernel", &ModelDims::conv_kernel, 1, "causal conv width (Mamba, GDN)"},
-    {"gdn_num_heads", &ModelDims::gdn_num_heads, 1, "Gated DeltaNet heads"},
-    {"gdn_head_dim", &ModelDims::gdn_head_dim, 1, "Gated DeltaNet head size"},
+    {"gdn_num_heads", &ModelDims::gdn_num_heads, 1, "Gated DeltaNet (value) heads"},
+    {"gdn_head_dim", &ModelDims::gdn_head_dim, 1, "Gated DeltaNet (value) head size"},
     {"num_experts", &ModelDims::num_experts, 1, "routed experts per MoE layer"},
     {"top_k", &ModelDims::top_k, 1, "experts per token"},
     {"moe_ffn_hidden", &ModelDims::moe_ffn_hidden, 1, "expert intermediate size"},
@@ -39,6 +40,19 @@ constexpr std::array<ModelField, 23> kFields{{
     {"q_lora_rank", &ModelDims::q_lora_rank, 1, "MLA query low rank"},
     {"kv_lora_rank", &ModelDims::kv_lora_rank, 1, "MLA key/value low rank"},
     {"window", &ModelDims::window, 1, "sliding window of W (key budget of D)"},
+    {"gdn_key_heads", &ModelDims::gdn_key_heads, 0, "Gated DeltaNet query/key heads (0 = gdn_num_heads)"},
+    {"gdn_key_head_dim", &ModelDims::gdn_key_head_dim, 0,
+     "Gated DeltaNet query/key head size (0 = gdn_head_dim)"},
+    {"attn_output_gate", &ModelDims::attn_output_gate, 0, "1: sigmoid output gate on attention", 1},
+    {"qk_norm", &ModelDims::qk_norm, 0, "1: RMSNorm on attention queries and keys", 1},
+    {"rotary_percent", &ModelDims::rotary_percent, 1, "share of the head size RoPE rotates (%)", 100},
+    {"tied_embeddings", &ModelDims::tied_embeddings, 0, "1: output layer tied to the embedding", 1},
+    {"shared_expert_gate", &ModelDims::shared_expert_gate, 0, "1: sigmoid gate on the shared expert", 1},
+    {"gated_ffn", &ModelDims::gated_ffn, 0, "1: SwiGLU FFNs (3 matrices); 0: non-gated (2)", 1},
+    {"mla_rope_head_dim", &ModelDims::mla_rope_head_dim, 0, "MLA decoupled RoPE head size"},
+    {"mla_v_head_dim", &ModelDims::mla_v_head_dim, 0, "MLA value head size (0 = head_dim)"},
+    {"moe_latent_size", &ModelDims::moe_latent_size, 0, "latent MoE width of the routed experts (0 = hidden)"},
+    {"mtp_shared_weights", &ModelDims::mtp_shared_weights, 0, "1: MTP depths share one set of weights", 1},
 }};
 
 [[noreturn]] void bad_model(const std::string& message) {
@@ -83,15 +97,20 @@ std::span<const ModelField> model_fields() { return kFields; }
 
 void validate(const ModelDims& d) {
   for (const ModelField& f : kFields)
-    if (d.*f.member < f.min)
+    if (d.*f.member < f.min || d.*f.member > f.max)
       bad_model("model field '" + std::string(f.name) + "' = " + std::to_string(d.*f.member) +
-                " must be >= " + std::to_string(f.min));
+                (f.max == ModelField{}.max ? " must be >= " + std::to_string(f.min)
+                                           : " must be in [" + std::to_string(f.min) + ", " +
+                                                 std::to_string(f.max) + "]"));
   if (d.num_heads % d.num_kv_heads != 0)
     bad_model("num_heads = " + std::to_string(d.num_heads) + " must be a multiple of num_kv_heads = " +
               std::to_string(d.num_kv_heads));
   if (d.mamba_num_heads % d.mamba_groups != 0)
     bad_model("mamba_num_heads = " + std::to_string(d.mamba_num_heads) +
               " must be a multiple of mamba_groups = " + std::to_string(d.mamba_groups));
+  if (d.gdn_num_heads % d.gdn_qk_heads() != 0)
+    bad_model("gdn_num_heads = " + std::to_string(d.gdn_num_heads) +
+              " (value heads) must be a multiple of gdn_key_heads = " + std::to_string(d.gdn_qk_heads()));
   if (d.top_k > d.num_experts)
     bad_model("top_k = " + std::to_string(d.top_k) + " exceeds num_experts = " +
               std::to_string(d.num_experts));
@@ -107,10 +126,19 @@ void validate(const ParallelConfig& c) {
   at_least_one("pp", c.pp);
   at_least_one("dp", c.dp);
   at_least_one("microbatches", c.microbatches);
+  at_least_one("tp", c.tp);
+  at_least_one("cp", c.cp);
+  at_least_one("etp", c.etp);
   if (c.vpp < 0) bad_config("vpp = " + std::to_string(c.vpp) + " must be >= 0 (0 = not set)");
-  if (c.dp % c.ep != 0)
-    bad_config("dp = " + std::to_string(c.dp) + " must be a multiple of ep = " +
-               std::to_string(c.ep) + " (EP groups are subsets of the data-parallel ranks)");
+  if (static_cast<long long>(c.tp) * c.cp * c.dp * c.pp > (1 << 24))
+    bad_config("tp x cp x dp x pp = " + std::to_string(static_cast<long long>(c.tp) * c.cp * c.dp * c.pp) +
+               " ranks exceeds the limit of 16777216");
+  const long long stage = static_cast<long long>(c.tp) * c.cp * c.dp;
+  const long long expert = static_cast<long long>(c.ep) * c.etp;
+  if (stage % expert != 0) {
+    bad_config("ep x etp = " + std::to_string(expert) + " must divide tp x cp x dp = " + std::to_string(stage) +
+               " (MoE layers fold ep x etp x edp over the tp x cp x dp ranks of a pipeline stage)");
+  }
   if (c.vpp > 1 && c.pp == 1)
     bad_config("vpp = " + std::to_string(c.vpp) + " needs pp > 1 (virtual stages interleave a pipeline)");
   // Megatron's interleaved schedule walks microbatches in groups of pp.
@@ -118,6 +146,120 @@ void validate(const ParallelConfig& c) {
     bad_config("microbatches = " + std::to_string(c.microbatches) +
                " must be a multiple of pp = " + std::to_string(c.pp) +
                " for the interleaved pipeline schedule (vpp = " + std::to_string(c.vpp) + ")");
+  const OptimizerConfig& o = c.optimizer;
+  if (o.sync == GradSync::EndOfStep && (o.distributed || o.overlap_grad_reduce || o.overlap_param_gather))
+    bad_config("the distributed optimizer and gradient/parameter overlap need Megatron's gradient sync "
+               "(OptimizerConfig::sync = Megatron)");
+  if (o.overlap_param_gather && !(o.distributed && o.overlap_grad_reduce))
+    bad_config("overlapping the parameter all-gather needs the distributed optimizer and "
+               "--overlap-grad-reduce (Megatron's rule)");
+  if (!std::isfinite(o.bucket_elements) || o.bucket_elements < 0)
+    bad_config("bucket size = " + std::to_string(o.bucket_elements) + " elements must be finite and >= 0");
+  if (c.split.account_embedding || c.split.account_loss)
+    if (c.vpp == 0 && c.pp == 1)
+      bad_config("counting the embedding or the loss as a pipeline layer needs pp > 1");
+}
+
+RankCoords rank_coords(const ParallelConfig& c, int r) {
+  RankCoords k;
+  k.tp = r % c.tp;
+  k.cp = (r / c.tp) % c.cp;
+  k.dp = (r / (c.tp * c.cp)) % c.dp;
+  k.pp = r / c.stage_ranks();
+  k.etp = r % c.etp;
+  k.ep = (r / c.etp) % c.ep;
+  k.edp = (r / (c.etp * c.ep)) % c.edp();
+  return k;
+}
+
+std::string_view to_string(Group g) {
+  switch (g) {
+    case Group::Tp: return "tp";
+    case Group::Cp: return "cp";
+    case Group::Dp: return "dp";
+    case Group::Pp: return "pp";
+    case Group::Ep: return "ep";
+    case Group::Etp: return "etp";
+    case Group::Edp: return "edp";
+  }
+  return "?";
+}
+
+std::optional<Group> group_from_string(std::string_view s) {
+  for (Group g : {Group::Tp, Group::Cp, Group::Dp, Group::Pp, Group::Ep, Group::Etp, Group::Edp})
+    if (to_string(g) == s) return g;
+  return std::nullopt;
+}
+
+std::vector<int> group_members(const ParallelConfig& c, int rank, Group g) {
+  // A group holds the ranks that share every coordinate but the group's own axes.
+  const RankCoords me = rank_coords(c, rank);
+  std::vector<int> out;
+  const int stage = c.stage_ranks();
+  auto dense = [&](int tp, int cp, int dp, int pp) { return tp + c.tp * (cp + c.cp * (dp + c.dp * pp)); };
+  auto expert = [&](int etp, int ep, int edp) { return me.pp * stage + etp + c.etp * (ep + c.ep * edp); };
+  switch (g) {
+    case Group::Tp: for (int i = 0; i < c.tp; ++i) out.push_back(dense(i, me.cp, me.dp, me.pp)); break;
+    case Group::Cp: for (int i = 0; i < c.cp; ++i) out.push_back(dense(me.tp, i, me.dp, me.pp)); break;
+    case Group::Dp:
+      for (int d = 0; d < c.dp; ++d)
+        for (int i = 0; i < c.cp; ++i) out.push_back(dense(me.tp, i, d, me.pp));
+      break;
+    case Group::Pp: for (int p = 0; p < c.pp; ++p) out.push_back(rank + (p - me.pp) * stage); break;
+    case Group::Ep: for (int i = 0; i < c.ep; ++i) out.push_back(expert(me.etp, i, me.edp)); break;
+    case Group::Etp: for (int i = 0; i < c.etp; ++i) out.push_back(expert(i, me.ep, me.edp)); break;
+    case Group::Edp: for (int i = 0; i < c.edp(); ++i) out.push_back(expert(me.etp, me.ep, i)); break;
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::span<const RecomputeName> recompute_names() {
+  static constexpr std::array<RecomputeName, 7> kNames{{
+      {"core_attn", kRecomputeCoreAttn},
+      {"layernorm", kRecomputeLayernorm},
+      {"moe_act", kRecomputeMoeAct},
+      {"mlp", kRecomputeMlp},
+      {"moe", kRecomputeMoe},
+      {"shared_experts", kRecomputeSharedExperts},
+      {"mla_up_proj", kRecomputeMlaUpProj},
+  }};
+  return kNames;
+}
+
+Recompute parse_recompute(std::string_view text) {
+  Recompute r;
+  if (text.empty() || text == "none") return r;
+  if (text == "full") {
+    r.full = true;
+    return r;
+  }
+  std::size_t begin = 0;
+  while (begin <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', begin), text.size());
+    const std::string_view name = text.substr(begin, comma - begin);
+    bool found = false;
+    for (const RecomputeName& n : recompute_names())
+      if (n.name == name) {
+        r.modules |= n.module;
+        found = true;
+      }
+    if (!found) {
+      std::string known = "full, none";
+      for (const RecomputeName& n : recompute_names()) known += ", " + std::string(n.name);
+      bad_config("unknown recompute module '" + std::string(name) + "' (known: " + known + ")");
+    }
+    begin = comma + 1;
+  }
+  return r;
+}
+
+std::string to_string(const Recompute& r) {
+  if (r.full) return "full";
+  std::string out;
+  for (const RecomputeName& n : recompute_names())
+    if (r.has(n.module)) out += (out.empty() ? "" : ",") + std::string(n.name);
+  return out.empty() ? "none" : out;
 }
 
 void validate(const ScheduleOptions& o) {

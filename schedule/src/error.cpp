@@ -11,6 +11,7 @@ std::string_view error_code_text(ErrorCode code) {
     case ErrorCode::O7_OverlapConfig: return "O7";
     case ErrorCode::O8_MtpInnerNotMoe: return "O8";
     case ErrorCode::O10_DelayWgradNeedsOverlap: return "O10";
+    case ErrorCode::DelayWgradLayer: return "wgrad";
     case ErrorCode::BadConfig: return "config";
     case ErrorCode::BadModel: return "model";
     case ErrorCode::BadPlan: return "plan";

@@ -17,14 +17,14 @@ std::map<std::string, std::string> node_args(const Node& node) {
                                           {"vp_stage", std::to_string(node.vp_stage)},
                                           {"phase", std::string(to_string(node.phase))}};
   if (!node.symbols.empty()) args["symbols"] = node.symbols;
-  if (node.stream == Stream::Comm) {
+  if (node.part != Part::Main) args["part"] = std::string(to_string(node.part));
+  if (node.stream != Stream::Compute || !node.sends.empty()) {
     double bytes = 0;
     for (const auto& s : node.sends)
       if (s.peer != node.rank) bytes += s.bytes;
     args["bytes"] = format_number(bytes);
-  } else {
-    args["flops"] = format_number(node.flops);
   }
+  if (node.stream == Stream::Compute) args["flops"] = format_number(node.flops);
   return args;
 }
 

@@ -2,6 +2,7 @@
 // bytes; the reader checks every key, type and enum, then the plan's structure.
 #include "ht/schedule/plan_json.hpp"
 
+#include <cmath>
 #include <limits>
 #include <set>
 
@@ -44,6 +45,8 @@ class ObjectReader {
     if (!v.is_number()) bad(where_ + "." + key + " must be a number, got " + v.dump());
     return v.get<double>();
   }
+  bool has(const std::string& key) const { return value_.contains(key); }
+  double number_or(const std::string& key, double fallback) { return has(key) ? number(key) : fallback; }
   bool boolean(const std::string& key) {
     const json& v = at(key);
     if (!v.is_boolean()) bad(where_ + "." + key + " must be true or false, got " + v.dump());
@@ -105,8 +108,21 @@ std::string plan_to_json(const Plan& plan) {
   j["ep"] = plan.ep;
   j["dp"] = plan.dp;
   j["microbatches"] = plan.microbatches;
+  j["tp"] = plan.tp;
+  j["cp"] = plan.cp;
+  j["etp"] = plan.etp;
   j["overlap"] = plan.overlap;
   j["delay_wgrad"] = plan.delay_wgrad;
+  j["account_embedding"] = plan.account_embedding;
+  j["account_loss"] = plan.account_loss;
+  ojson works = ojson::array();
+  for (const Work& w : plan.works) {
+    ojson kernels = ojson::array();
+    for (const Kernel& k : w.kernels)
+      kernels.push_back(ojson::array({to_string(k.kind), k.delayable, k.m, k.n, k.k, k.groups, k.flops, k.bytes}));
+    works.push_back(std::move(kernels));
+  }
+  j["works"] = std::move(works);
   ojson nodes = ojson::array();
   for (const Node& n : plan.nodes) {
     ojson o;
@@ -115,6 +131,7 @@ std::string plan_to_json(const Plan& plan) {
     o["stream"] = to_string(n.stream);
     o["slot"] = to_string(n.slot);
     o["phase"] = to_string(n.phase);
+    o["part"] = to_string(n.part);
     o["microbatch"] = n.microbatch;
     o["vp_stage"] = n.vp_stage;
     o["layer"] = n.layer;
@@ -126,13 +143,15 @@ std::string plan_to_json(const Plan& plan) {
     for (const Transfer& t : n.sends) sends.push_back(ojson::array({t.peer, t.bytes}));
     o["sends"] = std::move(sends);
     o["collective"] = n.collective;
+    o["work"] = n.work;
     o["deps"] = ints(n.deps);
     nodes.push_back(std::move(o));
   }
   j["nodes"] = std::move(nodes);
   ojson collectives = ojson::array();
   for (const Collective& c : plan.collectives)
-    collectives.push_back({{"id", c.id}, {"kind", to_string(c.kind)}, {"nodes", ints(c.nodes)}});
+    collectives.push_back(
+        {{"id", c.id}, {"kind", to_string(c.kind)}, {"group", to_string(c.group)}, {"nodes", ints(c.nodes)}});
   j["collectives"] = std::move(collectives);
   ojson ranks = ojson::array();
   for (const RankPlan& r : plan.ranks)
@@ -140,6 +159,8 @@ std::string plan_to_json(const Plan& plan) {
                      {"pp_rank", r.pp_rank},
                      {"ep_rank", r.ep_rank},
                      {"dp_rank", r.dp_rank},
+                     {"tp_rank", r.tp_rank},
+                     {"cp_rank", r.cp_rank},
                      {"issue", ints(r.issue)}});
   j["ranks"] = std::move(ranks);
   return j.dump() + "\n";
@@ -154,9 +175,11 @@ Plan plan_from_json(std::string_view text) {
         std::string(kPlanFormatName) + "\"");
   Plan plan;
   plan.version = top.integer("version");
-  if (plan.version != kPlanFormatVersion)
-    bad("unsupported plan version " + std::to_string(plan.version) + " (this build reads version " +
+  if (plan.version != 1 && plan.version != kPlanFormatVersion)
+    bad("unsupported plan version " + std::to_string(plan.version) + " (this build reads versions 1 and " +
         std::to_string(kPlanFormatVersion) + ")");
+  const bool v1 = plan.version == 1;  // version 1 plans have no tp/cp/etp, parts, groups or works
+  plan.version = kPlanFormatVersion;
   plan.schedule = top.string("schedule");
   if (plan.schedule != "sequential" && plan.schedule != "combined_1f1b" &&
       plan.schedule != "interleaved_1f1b")
@@ -167,8 +190,40 @@ Plan plan_from_json(std::string_view text) {
   plan.ep = top.integer("ep");
   plan.dp = top.integer("dp");
   plan.microbatches = top.integer("microbatches");
+  if (!v1) {
+    plan.tp = top.integer("tp");
+    plan.cp = top.integer("cp");
+    plan.etp = top.integer("etp");
+  }
   plan.overlap = top.boolean("overlap");
   plan.delay_wgrad = top.boolean("delay_wgrad");
+  if (!v1) {
+    plan.account_embedding = top.boolean("account_embedding");
+    plan.account_loss = top.boolean("account_loss");
+    const json& works = top.array("works");
+    for (std::size_t i = 0; i < works.size(); ++i) {
+      const std::string where = "plan.works[" + std::to_string(i) + "]";
+      if (!works[i].is_array()) bad(where + " must be an array of kernels");
+      Work w;
+      for (std::size_t k = 0; k < works[i].size(); ++k) {
+        const json& e = works[i][k];
+        const std::string at = where + "[" + std::to_string(k) + "]";
+        if (!e.is_array() || e.size() != 8 || !e[0].is_string() || !e[1].is_boolean())
+          bad(at + " must be [kind, delayable, m, n, k, groups, flops, bytes], got " + e.dump());
+        const auto kind = kernel_kind_from_string(e[0].get<std::string>());
+        if (!kind) bad(at + " has the unknown kernel kind " + e[0].dump());
+        Kernel kernel{*kind, e[1].get<bool>()};
+        double* fields[] = {&kernel.m, &kernel.n, &kernel.k, &kernel.groups, &kernel.flops, &kernel.bytes};
+        for (std::size_t f = 0; f < 6; ++f) {
+          if (!e[f + 2].is_number() || !std::isfinite(e[f + 2].get<double>()) || e[f + 2].get<double>() < 0)
+            bad(at + " field " + std::to_string(f + 2) + " must be a finite number >= 0, got " + e[f + 2].dump());
+          *fields[f] = e[f + 2].get<double>();
+        }
+        w.kernels.push_back(kernel);
+      }
+      plan.works.push_back(std::move(w));
+    }
+  }
   const json& nodes = top.array("nodes");
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     ObjectReader r(nodes[i], "plan.nodes[" + std::to_string(i) + "]");
@@ -178,6 +233,7 @@ Plan plan_from_json(std::string_view text) {
     n.stream = r.enumeration<Stream>("stream", &stream_from_string);
     n.slot = r.enumeration<Slot>("slot", &slot_from_string);
     n.phase = r.enumeration<Phase>("phase", &phase_from_string);
+    if (!v1) n.part = r.enumeration<Part>("part", &part_from_string);
     n.microbatch = r.integer("microbatch");
     n.vp_stage = r.integer("vp_stage");
     n.layer = r.integer("layer");
@@ -194,6 +250,7 @@ Plan plan_from_json(std::string_view text) {
       n.sends.push_back({ObjectReader::as_int(s[0], where + "[0]"), s[1].get<double>()});
     }
     n.collective = r.integer("collective");
+    if (!v1) n.work = r.integer("work");
     n.deps = r.int_array("deps");
     r.done();
     plan.nodes.push_back(std::move(n));
@@ -204,6 +261,7 @@ Plan plan_from_json(std::string_view text) {
     Collective c;
     c.id = r.integer("id");
     c.kind = r.enumeration<CollectiveKind>("kind", &collective_kind_from_string);
+    if (!v1) c.group = r.enumeration<Group>("group", &group_from_string);
     c.nodes = r.int_array("nodes");
     r.done();
     plan.collectives.push_back(std::move(c));
@@ -216,11 +274,30 @@ Plan plan_from_json(std::string_view text) {
     rp.pp_rank = r.integer("pp_rank");
     rp.ep_rank = r.integer("ep_rank");
     rp.dp_rank = r.integer("dp_rank");
+    if (!v1) {
+      rp.tp_rank = r.integer("tp_rank");
+      rp.cp_rank = r.integer("cp_rank");
+    }
     rp.issue = r.int_array("issue");
     r.done();
     plan.ranks.push_back(std::move(rp));
   }
   top.done();
+  if (v1) {
+    // Version 1 knew three collectives; their groups follow from what they carry.
+    for (Collective& c : plan.collectives) {
+      if (c.kind == CollectiveKind::PointToPoint) c.group = Group::Pp;
+      else if (c.kind == CollectiveKind::AllReduce && !c.nodes.empty() && c.nodes.front() >= 0 &&
+               c.nodes.front() < static_cast<int>(plan.nodes.size()) &&
+               plan.nodes[static_cast<std::size_t>(c.nodes.front())].symbols == "expert")
+        c.group = Group::Edp;
+      else if (c.kind == CollectiveKind::AllReduce) c.group = Group::Dp;
+      else c.group = Group::Ep;
+    }
+  }
+  for (const Node& n : plan.nodes)
+    if (n.work < -1 || n.work >= static_cast<int>(plan.works.size()))
+      bad("plan.nodes[" + std::to_string(n.id) + "].work names the unknown work " + std::to_string(n.work));
   check_plan_structure(plan);
   return plan;
 }

@@ -27,7 +27,7 @@ std::string count(double v) {
 }  // namespace
 
 PlanSize estimate_plan_size(const patterns::ParsedPattern& pattern, const ParallelConfig& config) {
-  const double ranks = double(config.pp) * double(config.dp);
+  const double ranks = double(config.tp) * double(config.cp) * double(config.dp) * double(config.pp);
   const double microbatches = config.microbatches;
   double layers = pattern.logical_count() + pattern.mtp_depths;
   double moe = pattern.mtp_depths > 0 && pattern.mtp.find('E') != std::string::npos ? pattern.mtp_depths : 0;
@@ -43,13 +43,13 @@ PlanSize estimate_plan_size(const patterns::ParsedPattern& pattern, const Parall
 }
 
 void check_plan_size(const patterns::ParsedPattern& pattern, const ParallelConfig& config) {
-  const double ranks = double(config.pp) * double(config.dp);
+  const double ranks = double(config.tp) * double(config.cp) * double(config.dp) * double(config.pp);
   if (ranks > double(kMaxPlanRanks))
     throw ScheduleError(ErrorCode::BadConfig,
-                        "pp x dp = " + count(ranks) + " ranks is more than the limit of " +
+                        "tp x cp x dp x pp = " + count(ranks) + " ranks is more than the limit of " +
                             count(double(kMaxPlanRanks)) + " ranks of one plan");
   const PlanSize s = estimate_plan_size(pattern, config);
-  const std::string knobs = " (ranks pp x dp = " + count(ranks) + ", microbatches " +
+  const std::string knobs = " (ranks tp x cp x dp x pp = " + count(ranks) + ", microbatches " +
                             std::to_string(config.microbatches) + ", " + std::to_string(pattern.logical_count()) +
                             " layers, ep " + std::to_string(config.ep) + ")";
   if (s.nodes > kMaxPlanNodes)

@@ -141,6 +141,7 @@ Calibration calibrate(const traces::Timeline& measured) {
   struct Sample {
     double work = 0;
     double rows = -1;
+    double flops = -1;  // the node's planned FLOPs (args.flops)
   };
   std::map<std::string, std::vector<Sample>> compute;
   int devices = 0;
@@ -150,7 +151,8 @@ Calibration calibrate(const traces::Timeline& measured) {
     const std::string* phase = arg(s, "phase");
     if (!phase) continue;
     const std::string* symbols = arg(s, "symbols");
-    Sample sample{work_of(s), -1};
+    Sample sample{work_of(s), -1, -1};
+    if (const std::string* flops = arg(s, "flops")) sample.flops = number(s, "flops", *flops);
     if (const std::string* rows = arg(s, "rows")) {
       sample.rows = number(s, "rows", *rows);
       instance(s).rows = static_cast<int>(sample.rows);
@@ -183,6 +185,14 @@ Calibration calibrate(const traces::Timeline& measured) {
       }
     }
     c.costs.measured_s[key] = row.mean_s;
+    // Backward and W entries keep the planned FLOPs they were measured on (cost_model.hpp:
+    // delayed wgrad prices B and W by their shares of them).
+    const bool backward_like = key.find("/backward") != std::string::npos || key.find("/weight") != std::string::npos;
+    if (backward_like && std::all_of(samples.begin(), samples.end(), [](const Sample& x) { return x.flops > 0; })) {
+      double f = 0;
+      for (const auto& x : samples) f += x.flops;
+      c.costs.measured_flops[key] = f / static_cast<double>(samples.size());
+    }
     c.rows.push_back(std::move(row));
   }
   c.costs.launch_overhead_s = 0;  // measured durations already include every launch
@@ -304,6 +314,11 @@ std::string calibration_to_json(const Calibration& c) {
   }
   j["durations_us"] = d;
   if (!rows.empty()) j["rows_us"] = rows;
+  if (!c.costs.measured_flops.empty()) {
+    nlohmann::ordered_json f = nlohmann::ordered_json::object();
+    for (const auto& [key, flops] : c.costs.measured_flops) f[key] = flops;
+    j["flops"] = f;
+  }
   if (!c.costs.instances.empty()) {
     nlohmann::ordered_json inst = nlohmann::ordered_json::object();
     for (const auto& [name, m] : c.costs.instances) {

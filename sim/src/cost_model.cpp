@@ -72,14 +72,35 @@ const MeasuredInstance* CostModel::instance_for(const schedule::Node& node) cons
   return it == instances.end() ? nullptr : &it->second;
 }
 
-double CostModel::compute_seconds(const schedule::Node& node, const GpuSpec& gpu) const {
-  if (const auto it = measured_entry(measured_s, node); it != measured_s.end()) {
+double CostModel::compute_seconds(const schedule::Node& node, const GpuSpec& gpu, const schedule::Work* work,
+                                  bool delay_wgrad) const {
+  auto it = measured_entry(measured_s, node);
+  // A W node without an entry of its own: its slot's backward (the same microbatch's B node for
+  // the measured rows), scaled to the W node's FLOPs below.
+  schedule::Node backward;
+  const schedule::Node* priced_as = &node;
+  if (it == measured_s.end() && node.phase == schedule::Phase::Weight) {
+    backward = node;
+    backward.phase = schedule::Phase::Backward;
+    it = measured_entry(measured_s, backward);
+    priced_as = &backward;
+  }
+  if (it != measured_s.end()) {
+    double seconds = it->second;
     const auto scale = row_scaling.find(it->first);
-    const MeasuredInstance* inst = scale == row_scaling.end() ? nullptr : instance_for(node);
-    if (inst == nullptr || inst->rows < 0) return it->second;
-    return std::max(0.0, it->second + scale->second.per_row_s * (inst->rows - scale->second.mean_rows));
+    const MeasuredInstance* inst = scale == row_scaling.end() ? nullptr : instance_for(*priced_as);
+    if (inst != nullptr && inst->rows >= 0)
+      seconds = std::max(0.0, it->second + scale->second.per_row_s * (inst->rows - scale->second.mean_rows));
+    const auto f = measured_flops.find(it->first);
+    if (node.phase != schedule::Phase::Forward && f != measured_flops.end() && f->second > 0 && node.flops > 0)
+      seconds *= node.flops / f->second;
+    return seconds;
   }
   if (node.flops <= 0 && node.mem_bytes <= 0) return 0;  // an empty slot launches nothing
+  if (work != nullptr && !work->kernels.empty()) {
+    const double t = work_seconds(*work, node.phase, delay_wgrad, gpu);
+    return t > 0 ? t + launch_overhead_s : 0;
+  }
   const double math = node.flops / (gpu.peak_flops * gpu.flops_efficiency);
   const double memory = node.mem_bytes / (gpu.hbm_bytes_per_s * gpu.hbm_efficiency);
   return std::max(math, memory) + launch_overhead_s;
@@ -145,6 +166,10 @@ CostModel parse_costs_json(std::string_view json_text, CostModel base) {
         base.row_scaling[node_kind] = {checked(node_kind + ".per_row_us", number_field(r["per_row_us"], node_kind + ".per_row_us"), -kMaxCostValue) * 1e-6,
                                        checked(node_kind, number_field(r["mean_rows"], node_kind + ".mean_rows"), 0)};
       }
+    } else if (key == "flops") {
+      if (!value.is_object()) fail("'flops' must map \"slot/phase[/symbols]\" to the planned FLOPs measured");
+      for (const auto& [node_kind, f] : value.items())
+        base.measured_flops[node_kind] = checked(node_kind, number_field(f, node_kind), 0);
     } else if (key == "instances") {
       if (!value.is_object()) fail("'instances' must map \"<rank>/<node label>\" to {rows, sent_bytes}");
       for (const auto& [name, v] : value.items()) {
@@ -172,7 +197,7 @@ CostModel parse_costs_json(std::string_view json_text, CostModel base) {
     } else if (key.empty() || key.front() != '_') {  // "_comment" and friends are allowed
       fail("unknown field '" + key +
            "' (known: launch_overhead_us, comm_launch_us, interference_factor, wake_latency_us, durations_us, "
-           "comm_work_us, rows_us, instances)");
+           "comm_work_us, rows_us, flops, instances)");
     }
   }
   return base;

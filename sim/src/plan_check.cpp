@@ -45,8 +45,10 @@ void validate_plan(const schedule::Plan& plan) {
     }
     if (node.collective >= static_cast<int>(plan.collectives.size()) || node.collective < -1)
       fail(where + " names unknown collective " + std::to_string(node.collective));
-    if (node.stream == schedule::Stream::Compute && (node.collective >= 0 || !node.sends.empty()))
-      fail(where + " runs on the compute stream but communicates");
+    if (!node.sends.empty() && node.collective < 0 && node.stream == schedule::Stream::Compute)
+      fail(where + " runs on the compute stream and sends outside any collective");
+    if (node.work < -1 || node.work >= static_cast<int>(plan.works.size()))
+      fail(where + " names unknown work " + std::to_string(node.work));
   }
   std::vector<int> member_of(n_nodes, -1);
   for (int c = 0; c < static_cast<int>(plan.collectives.size()); ++c) {

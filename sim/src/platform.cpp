@@ -85,6 +85,15 @@ const std::map<std::string, Setter, std::less<>>& setters() {
       {"flops_efficiency", [](PlatformSpec& s, auto k, auto v) { s.gpu.flops_efficiency = fraction(k, v); }},
       {"hbm_tbps", [](PlatformSpec& s, auto k, auto v) { s.gpu.hbm_bytes_per_s = positive(k, v) * 1e12; }},
       {"hbm_efficiency", [](PlatformSpec& s, auto k, auto v) { s.gpu.hbm_efficiency = fraction(k, v); }},
+      {"hbm_gb", [](PlatformSpec& s, auto k, auto v) { s.gpu.hbm_bytes = positive(k, v) * 1e9; }},
+      {"sms", [](PlatformSpec& s, auto k, auto v) { s.gpu.sms = count(k, v, 1); }},
+      {"gemm_efficiency", [](PlatformSpec& s, auto k, auto v) { s.gpu.gemm_efficiency = fraction(k, v); }},
+      {"gemm_tile_overhead_k", [](PlatformSpec& s, auto k, auto v) { s.gpu.gemm_tile_overhead_k = non_negative(k, v); }},
+      {"attention_scale", [](PlatformSpec& s, auto k, auto v) {
+         s.gpu.attention_scale = positive(k, v);
+         if (s.gpu.attention_scale > 1.6) fail("'attention_scale' must be <= 1.6 (efficiency above peak), got " + std::string(v));
+       }},
+      {"scan_efficiency", [](PlatformSpec& s, auto k, auto v) { s.gpu.scan_efficiency = fraction(k, v); }},
   };
   return table;
 }
@@ -100,7 +109,7 @@ void check_size(const PlatformSpec& s) {
 
 }  // namespace
 
-std::vector<std::string> preset_names() { return {"dgx-h100", "dgx-h200", "cpu-ranks"}; }
+std::vector<std::string> preset_names() { return {"dgx-h100", "dgx-h200", "dgx-b200", "gb200-nvl72", "cpu-ranks"}; }
 
 std::vector<std::string> platform_keys() {
   std::vector<std::string> keys;
@@ -118,6 +127,23 @@ PlatformSpec preset(std::string_view name) {
     // Same Hopper die and NVLink 4 / NDR fabric; only the memory system differs (141 GB HBM3e).
     s.name = "dgx-h200";
     s.gpu.hbm_bytes_per_s = 4.8e12;
+    s.gpu.hbm_bytes = 141e9;
+    return s;
+  }
+  if (name == "dgx-b200" || name == "gb200-nvl72") {
+    // Blackwell (platform.hpp lists the sources). Flash attention: FlashAttention-4 reaches 71 %
+    // of the B200 peak at long sequences where FlashAttention-3 reaches 65.5 % of the H100's.
+    const bool rack = name == "gb200-nvl72";
+    s.name = std::string(name);
+    s.gpus_per_node = rack ? 72 : 8;  // one NVLink domain
+    s.nvlink_bytes_per_s = 900e9;
+    s.nvlink_efficiency = 0.81;  // DeepEP on B200: 726-740 of 900 GB/s
+    s.gpu.peak_flops = rack ? 2500e12 : 2250e12;
+    s.gpu.sms = rack ? 152 : 148;
+    s.gpu.hbm_bytes_per_s = 8e12;
+    s.gpu.hbm_bytes = rack ? 186e9 : 180e9;
+    s.gpu.gemm_efficiency = rack ? 0.75 : 0.80;
+    s.gpu.attention_scale = 0.71 / 0.655;
     return s;
   }
   if (name == "cpu-ranks") {
@@ -207,8 +233,9 @@ std::string describe(const PlatformSpec& s) {
   if (s.host_cores > 0)
     o << "  host_cores " << s.host_cores << ": all ranks' compute shares these CPU cores"
       << (s.comm_priority ? ", comm-stream work first" : ", comm-stream work shares equally") << "\n";
-  o << "  peak_tflops " << s.gpu.peak_flops / 1e12 << " x efficiency " << s.gpu.flops_efficiency
-    << ", hbm_tbps " << s.gpu.hbm_bytes_per_s / 1e12 << " x efficiency " << s.gpu.hbm_efficiency << "\n";
+  o << "  peak_tflops " << s.gpu.peak_flops / 1e12 << " (" << s.gpu.sms << " SMs, GEMM tiles at "
+    << s.gpu.gemm_efficiency << "), hbm " << s.gpu.hbm_bytes / 1e9 << " GB at " << s.gpu.hbm_bytes_per_s / 1e12
+    << " TB/s x efficiency " << s.gpu.hbm_efficiency << "\n";
   return o.str();
 }
 

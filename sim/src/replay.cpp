@@ -49,6 +49,8 @@ A2aModel parse_a2a_model(std::string_view text) {
 
 namespace {
 
+constexpr int kStreamsPerRank = 3;  // compute, comm, dp (schedule::Stream)
+
 struct Flow {
   int src = 0;  // node ids
   int dst = 0;
@@ -81,6 +83,7 @@ struct ReplayState {
   std::vector<int> in_waiter;     // node -> actor waiting for its incoming flows
   std::vector<CollectiveState> collectives;
 
+  std::vector<double> work_cache;  // (work, phase) -> seconds; NaN until computed
   std::vector<int> next_waiter;   // actor -> next actor in the same waiting list
   std::vector<sg4::SemaphorePtr> wake;
   std::vector<int> blocked_on;    // actor -> node it waits for (deadlock report)
@@ -298,8 +301,19 @@ struct ReplayState {
     work->wait();
   }
 
+  // Kernel-model seconds of a work in a phase, computed once per (work, phase): many nodes share
+  // a work (every microbatch of a layer type).
+  double node_seconds(const Node& node) {
+    const schedule::Work* work = node.work >= 0 ? &plan.works[static_cast<std::size_t>(node.work)] : nullptr;
+    // A measured table prices nodes one by one (rows, FLOP shares): no sharing across a work.
+    if (work == nullptr || !costs.measured_s.empty()) return costs.compute_seconds(node, platform.gpu, work, plan.delay_wgrad);
+    const std::size_t key = static_cast<std::size_t>(node.work) * 4 + static_cast<std::size_t>(node.phase);
+    if (std::isnan(work_cache[key])) work_cache[key] = costs.compute_seconds(node, platform.gpu, work, plan.delay_wgrad);
+    return work_cache[key];
+  }
+
   void run_compute(const Node& node) {
-    const double seconds = costs.compute_seconds(node, platform.gpu);
+    const double seconds = node_seconds(node);
     if (seconds <= 0) return;
     ++activities;
     execute(seconds);
@@ -373,6 +387,19 @@ struct ReplayState {
     const int me = member_index[node.id];
     const auto first = cs.flows.begin() + cs.offsets[me];
     const auto last = cs.flows.begin() + cs.offsets[me + 1];
+    // A compute node that carries a collective (the CP ring of attention, the TP re-gather of a
+    // backward) runs its kernels while its transfers fly and ends when both are done.
+    sg4::ExecPtr overlapped;
+    if (node.stream == Stream::Compute) {
+      const double seconds = node_seconds(node);
+      if (seconds > 0) {
+        ++activities;
+        sg4::Host* where = shared_cpu != nullptr ? shared_cpu : sg4::this_actor::get_host();
+        overlapped = sg4::this_actor::exec_init(seconds * where->get_speed());
+        overlapped->set_host(where);
+        overlapped->start();
+      }
+    }
     auto noise = (first != last || pending_in[node.id] > 0) ? start_interference() : nullptr;
     run_flows(first, last, true);
     if (pending_in[node.id] > 0) {
@@ -383,6 +410,7 @@ struct ReplayState {
       resume();
     }
     if (noise) noise->cancel();
+    if (overlapped) overlapped->wait();
     if (++cs.finished == static_cast<int>(c.nodes.size())) {
       cs.flows = {};
       cs.offsets = {};
@@ -407,7 +435,7 @@ struct ReplayState {
       }
       if (blocked) resume();
       start[n] = now();
-      if (node.stream == Stream::Compute) run_compute(node);
+      if (node.stream == Stream::Compute && node.collective < 0) run_compute(node);
       else run_comm(actor, node);
       finish(n);
     }
@@ -497,18 +525,20 @@ RawReplay simulate(const Plan& plan, const PlatformSpec& platform, const CostMod
     for (const auto& c : plan.collectives)
       for (std::size_t i = 0; i < c.nodes.size(); ++i) st.member_index[c.nodes[i]] = static_cast<int>(i);
 
-    const int n_actors = 2 * world;
+    st.work_cache.assign(plan.works.size() * 4, std::nan(""));
+    const int n_actors = kStreamsPerRank * world;
     st.next_waiter.assign(n_actors, -1);
     st.blocked_on.assign(n_actors, -1);
     for (int a = 0; a < n_actors; ++a) st.wake.push_back(sg4::Semaphore::create(0));
     st.origin_s = sg4::Engine::get_clock();
     for (const auto& rp : plan.ranks) {
-      for (Stream s : {Stream::Compute, Stream::Comm}) {
+      for (Stream s : {Stream::Compute, Stream::Comm, Stream::Dp}) {
         std::vector<int> mine;
         for (int n : rp.issue)
           if (plan.nodes[n].stream == s) mine.push_back(n);
-        const int actor = 2 * rp.rank + (s == Stream::Comm ? 1 : 0);
-        sg4::Actor::create((s == Stream::Comm ? "comm" : "compute") + std::to_string(rp.rank), st.hosts[rp.rank],
+        if (mine.empty() && s == Stream::Dp) continue;
+        const int actor = kStreamsPerRank * rp.rank + static_cast<int>(s);
+        sg4::Actor::create(std::string(schedule::to_string(s)) + std::to_string(rp.rank), st.hosts[rp.rank],
                            [&st, actor, nodes = std::move(mine)] { st.run_stream(actor, nodes); });
       }
     }

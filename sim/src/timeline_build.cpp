@@ -38,27 +38,44 @@ Summary summarize_replay(const schedule::Plan& plan, const std::vector<double>& 
   Summary s;
   s.gpus = static_cast<int>(plan.ranks.size());
   for (std::size_t i = 0; i < plan.nodes.size(); ++i) s.step_time_s = std::max(s.step_time_s, end[i]);
-  double busy_sum = 0, a2a_sum = 0, exposed_sum = 0, p2p_sum = 0, ar_sum = 0;
+  double busy_sum = 0, a2a_sum = 0, exposed_sum = 0, p2p_sum = 0, ar_sum = 0, tp_sum = 0, cp_sum = 0;
+  double dp_sum = 0, dp_exposed_sum = 0, optimizer_sum = 0;
   for (const auto& rp : plan.ranks) {
     // Each stream is one actor running in issue order, so its spans come out sorted and disjoint.
-    std::vector<Interval> compute, a2a;
+    std::vector<Interval> compute_stream, a2a, dp;
+    double busy = 0;
     for (int n : rp.issue) {
       const Node& node = plan.nodes[n];
       const Interval iv{start[n], end[n]};
       if (iv.end <= iv.begin) continue;
-      if (node.stream == Stream::Compute) compute.push_back(iv);
-      else if (is_a2a(node)) a2a.push_back(iv);
-      else if (is_p2p(node)) p2p_sum += iv.end - iv.begin;
-      else if (node.slot == Slot::GradAllReduce) ar_sum += iv.end - iv.begin;
+      const double length = iv.end - iv.begin;
+      if (node.stream == Stream::Compute) {
+        compute_stream.push_back(iv);
+        if (node.part == schedule::Part::TpGather || node.part == schedule::Part::TpScatter) tp_sum += length;
+        else if (node.part == schedule::Part::CpExchange) cp_sum += length;
+        else busy += length;
+        if (node.slot == Slot::OptimizerStep) optimizer_sum += length;
+      } else if (node.stream == Stream::Dp) {
+        dp.push_back(iv);
+      } else if (is_a2a(node)) {
+        a2a.push_back(iv);
+      } else if (is_p2p(node)) {
+        p2p_sum += length;
+      } else if (node.slot == Slot::GradAllReduce) {
+        ar_sum += length;
+      }
     }
-    double busy = 0;
-    for (const auto& iv : compute) busy += iv.end - iv.begin;
     busy_sum += busy;
     s.max_compute_busy_s = std::max(s.max_compute_busy_s, busy);
     std::size_t cursor = 0;
     for (const auto& iv : a2a) {
       a2a_sum += iv.end - iv.begin;
-      exposed_sum += uncovered(iv, compute, cursor);
+      exposed_sum += uncovered(iv, compute_stream, cursor);
+    }
+    cursor = 0;
+    for (const auto& iv : dp) {
+      dp_sum += iv.end - iv.begin;
+      dp_exposed_sum += uncovered(iv, compute_stream, cursor);
     }
   }
   const double g = std::max(1, s.gpus);
@@ -67,6 +84,11 @@ Summary summarize_replay(const schedule::Plan& plan, const std::vector<double>& 
   s.a2a_exposed_s = exposed_sum / g;
   s.p2p_total_s = p2p_sum / g;
   s.allreduce_s = ar_sum / g;
+  s.tp_comm_s = tp_sum / g;
+  s.cp_comm_s = cp_sum / g;
+  s.dp_comm_s = dp_sum / g;
+  s.dp_exposed_s = dp_exposed_sum / g;
+  s.optimizer_s = optimizer_sum / g;
   // Same convention as traces::hidden_fraction: nothing to hide counts as fully hidden.
   s.a2a_hidden_fraction = s.a2a_total_s > 0 ? 1.0 - s.a2a_exposed_s / s.a2a_total_s : 1.0;
   s.bubble_fraction = s.step_time_s > 0 ? 1.0 - s.compute_busy_s / s.step_time_s : 0.0;
@@ -77,9 +99,13 @@ traces::Timeline build_timeline(const schedule::Plan& plan, const std::vector<do
                                 const std::vector<double>& end, const std::vector<double>& wait) {
   traces::Timeline t;
   t.source = "twin";
+  std::vector<char> has_dp(plan.ranks.size(), 0);
+  for (const Node& node : plan.nodes)
+    if (node.stream == Stream::Dp) has_dp[static_cast<std::size_t>(node.rank)] = 1;
   for (const auto& rp : plan.ranks) {
     t.streams.push_back({rp.rank, 0, "compute", traces::Role::Compute});
     t.streams.push_back({rp.rank, 1, "comm", traces::Role::Comm});
+    if (has_dp[static_cast<std::size_t>(rp.rank)]) t.streams.push_back({rp.rank, 2, "dp", traces::Role::Comm});
   }
   for (const Node& node : plan.nodes) {
     const double duration = end[node.id] - start[node.id];
@@ -90,10 +116,13 @@ traces::Timeline build_timeline(const schedule::Plan& plan, const std::vector<do
     span.start_s = start[node.id];
     span.duration_s = duration;
     span.device = node.rank;
-    span.stream = node.stream == Stream::Compute ? 0 : 1;
-    span.role = node.stream == Stream::Compute ? traces::Role::Compute : traces::Role::Comm;
+    span.stream = static_cast<int>(node.stream);
+    // A TP/CP collective on the compute stream is communication in a profile (an NCCL kernel).
+    const bool compute = node.stream == Stream::Compute && node.part != schedule::Part::TpGather &&
+                         node.part != schedule::Part::TpScatter && node.part != schedule::Part::CpExchange;
+    span.role = compute ? traces::Role::Compute : traces::Role::Comm;
     span.args = schedule::node_args(node);
-    if (node.stream == Stream::Comm && node.collective >= 0) span.args["wait_s"] = schedule::format_number(wait[node.id]);
+    if (node.collective >= 0 && !compute) span.args["wait_s"] = schedule::format_number(wait[node.id]);
     t.spans.push_back(std::move(span));
   }
   return t;

@@ -17,6 +17,7 @@
 #include "ht/engine/error.hpp"
 #include "ht/patterns/pattern.hpp"
 #include "ht/schedule/build.hpp"
+#include "../exec/wgrad_work.hpp"
 #include "split_compare.hpp"
 
 using namespace ht::engine;
@@ -95,6 +96,39 @@ TEST_CASE("device executor: a dropped residual gradient at the combine is caught
   const auto d = exec::compare_owned(cuda::owned(*bad), cuda::owned(*good), true);
   CHECK_FALSE(d.bitwise);
   CHECK(d.max_abs > 1e-3 * d.max_ref);  // of the order of the gradients, far above any rounding
+}
+
+TEST_CASE("device executor (host emulation): with delayed wgrad the W nodes run the weight-gradient GEMMs the twin "
+          "prices them at, moved out of the backward, bits unchanged",
+          "[engine][dev-executor][wgrad]") {
+  const std::string text = "M[*E]M[*E]-";  // cfg() has a shared expert: its W is pre_dispatch's
+  const auto batches = exec::random_batches(2, 2, 2, 6, cfg().vocab_size, 11);
+  auto on = host_ex(text, plan_of(text, 2, 2, true, true)), off = host_ex(text, plan_of(text, 2, 2, true, false));
+  const auto ron = on->step(batches), roff = off->step(batches);
+  CHECK(ron.loss == roff.loss);
+  const auto d = exec::compare_owned(cuda::owned(*on), cuda::owned(*off), true);
+  CHECK(d.bitwise);
+  CHECK(d.max_ref > 0);
+  const auto work = ht::test::check_weight_work(on->plan(), ron.timeline, off->plan(), roff.timeline,
+                                                exec::schedule_dims(cfg(), 2, 6), cfg().num_experts / 2);
+  INFO("backward " << work.backward << ", W " << work.weight);
+  CHECK(work.weight > 0.3 * (work.backward + work.weight));
+}
+
+TEST_CASE("device executor: a W node run twice, never, or before its backward fails the step naming it",
+          "[engine][dev-executor][wgrad]") {
+  const std::string text = "[*E]M-";
+  const auto batches = exec::random_batches(2, 2, 2, 6, cfg().vocab_size, 12);
+  const std::pair<exec::WeightFault, std::string> faults[] = {{exec::WeightFault::RunTwice, "ran twice"},
+                                                              {exec::WeightFault::Skip, "never ran"},
+                                                              {exec::WeightFault::BeforeBackward, "ran before its backward"}};
+  for (const auto& [fault, message] : faults) {
+    INFO(message);
+    cuda::DeviceExecutorOptions o;
+    o.test_weight_fault = fault;
+    auto broken = host_ex(text, plan_of(text, 2, 2, true, true), o);
+    CHECK_THROWS_WITH(broken->step(batches), Catch::Contains(message) && Catch::Contains("W node"));
+  }
 }
 
 TEST_CASE("device executor timeline: one span per plan node, on its rank's compute or comm stream",

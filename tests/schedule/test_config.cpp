@@ -78,11 +78,17 @@ TEST_CASE("model files save atomically and load back", "[schedule][config]") {
 }
 
 TEST_CASE("every model field has a JSON name and a lower bound", "[schedule][config]") {
-  CHECK(model_fields().size() == 23);
+  CHECK(model_fields().size() == 35);
   ModelDims d = tiny_model();
   for (const ModelField& f : model_fields()) {
     ModelDims bad = d;
     bad.*f.member = f.min - 1;
     CHECK_THROWS_AS(validate(bad), ScheduleError);
+    if (f.max < ModelField{}.max) {
+      bad.*f.member = f.max + 1;
+      CHECK_THROWS_AS(validate(bad), ScheduleError);
+      bad.*f.member = f.max;
+      CHECK_NOTHROW(validate(bad));
+    }
   }
 }

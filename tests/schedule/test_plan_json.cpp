@@ -39,7 +39,20 @@ TEST_CASE("a plan survives write -> read with equal value and identical bytes", 
   const Plan back = plan_from_json(text);
   CHECK(back == plan);
   CHECK(plan_to_json(back) == text);
-  CHECK_THAT(text, Catch::StartsWith(R"({"format":"hybrid-twin-plan","version":1,)"));
+  CHECK_THAT(text, Catch::StartsWith(R"({"format":"hybrid-twin-plan","version":2,)"));
+}
+
+TEST_CASE("version 1 plans (no TP/CP, parts, groups or kernels) still load", "[schedule][json]") {
+  const Plan old = load_plan(std::string(HT_GOLDEN_DIR) + "/combined.json");
+  CHECK(old.version == kPlanFormatVersion);
+  CHECK(old.tp == 1);
+  CHECK(old.works.empty());
+  int a2a = 0;
+  for (const Collective& c : old.collectives) {
+    CHECK(c.group == (c.kind == CollectiveKind::AllToAll ? Group::Ep : Group::Dp));
+    a2a += c.kind == CollectiveKind::AllToAll;
+  }
+  CHECK(a2a > 0);
 }
 
 TEST_CASE("plan files are written atomically and read back", "[schedule][json]") {
@@ -58,8 +71,11 @@ TEST_CASE("plan files are written atomically and read back", "[schedule][json]")
 TEST_CASE("the plan reader rejects malformed files with a clear message", "[schedule][json]") {
   const std::string good = plan_to_json(make_plan("[*E]", parallel(2, 2, 2), options(true, true)));
   REQUIRE(plan_error(good).empty());
-  CHECK_THAT(plan_error(replace_once(good, "\"version\":1", "\"version\":2")),
-             Catch::Contains("unsupported plan version 2"));
+  CHECK_THAT(plan_error(replace_once(good, "\"version\":2", "\"version\":3")),
+             Catch::Contains("unsupported plan version 3"));
+  CHECK_THAT(plan_error(replace_once(good, "\"work\":0", "\"work\":77")), Catch::Contains("unknown work 77"));
+  CHECK_THAT(plan_error(replace_once(good, "\"group\":\"ep\"", "\"group\":\"xp\"")),
+             Catch::Contains("group has the unknown value \"xp\""));
   CHECK_THAT(plan_error(replace_once(good, "hybrid-twin-plan", "chrome-trace")),
              Catch::Contains("not a plan file"));
   CHECK_THAT(plan_error(replace_once(good, "\"deps\":[0]", "\"deps\":[99999]")),

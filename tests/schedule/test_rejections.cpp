@@ -1,5 +1,6 @@
-// Every rejection of reference section 4 the schedule owns (O1, O2, O3, O7, O8, O10) and the
-// range checks, each with the one setting that triggers it; the message names the values.
+// Every rejection of reference section 4 the schedule owns (O1, O2, O3, O7, O8, O10), the
+// delayed-wgrad refusal of a layer type that cannot defer its weight gradients, and the range
+// checks, each with the one setting that triggers it; the message names the values.
 #include <catch2/catch.hpp>
 
 #include "helpers.hpp"
@@ -59,6 +60,8 @@ TEST_CASE("O2: overlap with CUDA graphs", "[schedule][reject]") {
   ScheduleOptions o = options(true, false);
   o.cuda_graphs = true;
   require_rejected("[*E]", parallel(2, 2, 1), o, ErrorCode::O2_OverlapCudaGraphs, "cuda graphs");
+  // Megatron rejects the combination on the HybridModel, grouped or not.
+  require_rejected("*E", parallel(2, 2, 1), o, ErrorCode::O2_OverlapCudaGraphs, "for any pattern");
   o.overlap = false;
   CHECK_FALSE(rejection("[*E]", parallel(2, 2, 1), o).has_value());
 }
@@ -94,9 +97,22 @@ TEST_CASE("O10: delayed weight gradients need overlap", "[schedule][reject]") {
                    ErrorCode::O10_DelayWgradNeedsOverlap, "delay_wgrad");
 }
 
+TEST_CASE("delayed wgrad refuses a layer type that cannot defer its weight gradients", "[schedule][reject]") {
+  // The symbol table says which types have a weight-gradient step to delay (defers_wgrad): 'W',
+  // 'C' and 'H' have none in the overlap scheduler's wgrad map. The refusal names the type and
+  // the layer, and comes before O1 so that the reason is the weight gradients.
+  require_rejected("[ME][WE]", parallel(2, 2, 1), options(true, true), ErrorCode::DelayWgradLayer,
+                   "'W' (window_attention) in logical layer 1");
+  require_rejected("MC-", parallel(2, 2, 1), options(true, true), ErrorCode::DelayWgradLayer, "'C' (csa)");
+  require_rejected("[ME][WE]", parallel(2, 2, 1), options(true, false), ErrorCode::O1_OverlapLayerShape, "'W'");
+  // Every type of the map builds with delayed wgrad.
+  CHECK_FALSE(rejection("[M*E][G-]", parallel(2, 2, 1), options(true, true)).has_value());
+  CHECK_FALSE(rejection("[MDE][+E]", parallel(2, 2, 1), options(true, true)).has_value());
+}
+
 TEST_CASE("bad sizes are rejected with their values", "[schedule][reject]") {
   require_rejected("[*E]", parallel(2, 3, 1), options(false, false), ErrorCode::BadConfig,
-                   "dp = 3 must be a multiple of ep = 2");
+                   "ep x etp = 2 must divide tp x cp x dp = 3");
   require_rejected("[*E]|[*E]|[*E]|[*E]", parallel(2, 2, 3, 2, 2), options(true, false),
                    ErrorCode::BadConfig, "microbatches = 3");
   require_rejected("[*E]", parallel(3, 3, 1), options(false, false), ErrorCode::BadConfig,

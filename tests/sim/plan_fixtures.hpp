@@ -10,6 +10,7 @@
 
 namespace ht::sim::test {
 
+using schedule::Group;
 using schedule::CollectiveKind;
 using schedule::Phase;
 using schedule::Plan;
@@ -40,7 +41,7 @@ inline CostModel exact_costs() {
 class PlanBuilder {
  public:
   explicit PlanBuilder(int world) {
-    for (int r = 0; r < world; ++r) plan_.ranks.push_back({r, 0, r, r, {}});
+    for (int r = 0; r < world; ++r) plan_.ranks.push_back({r, 0, r, r, 0, 0, {}});
   }
 
   // A compute node of `seconds` on the exact platform.
@@ -111,7 +112,10 @@ class PlanBuilder {
 
   void collective(CollectiveKind kind, const std::vector<int>& nodes) {
     const int id = static_cast<int>(plan_.collectives.size());
-    plan_.collectives.push_back({id, kind, nodes});
+    const Group group = kind == CollectiveKind::PointToPoint ? Group::Pp
+                        : kind == CollectiveKind::AllReduce  ? Group::Dp
+                                                             : Group::Ep;
+    plan_.collectives.push_back({id, kind, group, nodes});
     for (int n : nodes) plan_.nodes[n].collective = id;
   }
 

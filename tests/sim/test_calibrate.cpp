@@ -14,7 +14,7 @@ using namespace ht;
 
 namespace {
 
-schedule::Plan small_plan(bool overlap) {
+schedule::Plan small_plan(bool overlap, bool delay_wgrad = false) {
   schedule::ModelDims d = schedule::tiny_model();
   schedule::ParallelConfig pc;
   pc.ep = 2;
@@ -22,6 +22,7 @@ schedule::Plan small_plan(bool overlap) {
   pc.microbatches = 4;
   schedule::ScheduleOptions so;
   so.overlap = overlap;
+  so.delay_wgrad = delay_wgrad;
   return schedule::build_plan(patterns::parse("M[*E]M[*E]"), d, pc, so);
 }
 
@@ -76,6 +77,27 @@ TEST_CASE("the calibration JSON reads back as the same cost model", "[sim][calib
   for (const auto& [key, v] : c.costs.measured_s) CHECK(back.measured_s.at(key) == Approx(v).epsilon(1e-12));
   CHECK(back.comm_launch_s == Approx(c.costs.comm_launch_s).epsilon(1e-12).margin(1e-15));
   CHECK(back.launch_overhead_s == 0);
+}
+
+TEST_CASE("a calibration without W nodes prices a delayed-wgrad plan's B and W as shares of the measured backward",
+          "[sim][calibrate]") {
+  const sim::PlatformSpec platform = sim::parse_platform("dgx-h100:nvlink_gbps=0.5,nvlink_efficiency=1");
+  const sim::Calibration c = sim::calibrate(sim::replay(small_plan(false), platform, known_costs()).timeline);
+  CHECK(c.costs.measured_flops.count("mlp/backward/E") == 1);
+  CHECK(c.costs.measured_flops.count("mlp/forward/E") == 0);  // forward entries never scale
+  // Per rank, the compute of the delayed plan (B + W) is that of the same plan without delayed
+  // wgrad (the measured backwards), and its W nodes carry a share of it.
+  const auto busy = [&](const schedule::Plan& plan, schedule::Phase only, bool all) {
+    double s = 0;
+    for (const auto& n : plan.nodes)
+      if (n.stream == schedule::Stream::Compute && n.rank == 0 && (all || n.phase == only))
+        s += c.costs.compute_seconds(n, platform.gpu);
+    return s;
+  };
+  const schedule::Plan delayed = small_plan(true, true), fused = small_plan(true, false);
+  CHECK(busy(delayed, schedule::Phase::Forward, true) == Approx(busy(fused, schedule::Phase::Forward, true)).epsilon(1e-12));
+  const double w = busy(delayed, schedule::Phase::Weight, false);
+  CHECK(w > 0.2 * busy(fused, schedule::Phase::Backward, false));
 }
 
 TEST_CASE("a trace without plan-node spans is rejected with a clear error", "[sim][calibrate]") {

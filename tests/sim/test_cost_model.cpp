@@ -64,3 +64,26 @@ TEST_CASE("bad cost JSON is a BadCosts error naming the field", "[sim][costs]") 
   CHECK_THAT(message(R"({"durations_us": {"mlp": "fast"}})"), Catch::Contains("must be a number"));
   CHECK_THROWS_AS(load_costs_file("no-such-costs.json"), SimError);
 }
+
+TEST_CASE("delayed wgrad: a backward measured without W nodes prices a delayed plan's B and W by their FLOP shares",
+          "[sim][costs]") {
+  // The schedule's costs (costs.hpp): with delayed wgrad B = G + 2 O and W = G, without it the
+  // backward is 2 G + 2 O = B + W, for G the delayable GEMMs and O the rest.
+  const double g = 3e9, o = 1e9;
+  auto c = parse_costs_json(R"({"durations_us": {"mlp/backward/E": 800, "pre_dispatch/weight/M": 50},
+                                "flops": {"mlp/backward/E": 8e9, "pre_dispatch/weight/M": 1e9}})");
+  REQUIRE(c.measured_flops.at("mlp/backward/E") == 2 * g + 2 * o);
+  GpuSpec gpu;
+  const double b = c.compute_seconds(node(Slot::Mlp, Phase::Backward, "E", g + 2 * o, 1), gpu);
+  const double w = c.compute_seconds(node(Slot::Mlp, Phase::Weight, "E", g, 1), gpu);
+  CHECK(b + w == Approx(800e-6));
+  CHECK(w == Approx(800e-6 * g / (2 * g + 2 * o)));
+  // The fused backward of the measured plan keeps its measured time.
+  CHECK(c.compute_seconds(node(Slot::Mlp, Phase::Backward, "E", 2 * g + 2 * o, 1), gpu) == Approx(800e-6));
+  // A W node with an entry of its own uses it (scaled by its FLOPs only where they differ).
+  CHECK(c.compute_seconds(node(Slot::PreDispatch, Phase::Weight, "M", 1e9, 1), gpu) == Approx(50e-6));
+  CHECK(c.compute_seconds(node(Slot::PreDispatch, Phase::Weight, "M", 2e9, 1), gpu) == Approx(100e-6));
+  // Forward entries never scale; an entry without measured FLOPs neither.
+  auto plain = parse_costs_json(R"({"durations_us": {"mlp/backward/E": 800}})");
+  CHECK(plain.compute_seconds(node(Slot::Mlp, Phase::Backward, "E", g + 2 * o, 1), gpu) == Approx(800e-6));
+}

@@ -1,7 +1,8 @@
 // Mutation checks the engine properties must pass: with the executor's test-only faults
 // (ExecutorOptions::test_drop_residual_grad: the parked residual loses the gradient the combine
 // node sends it; test_drop_mtp_grad: a parked MTP hidden state loses the gradient of the depth
-// that read it) the engine equivalence properties fail and shrink to a replayable case.
+// that read it; test_weight_fault: a W node of delayed wgrad runs twice, never, or before its
+// backward) the engine equivalence properties fail and shrink to a replayable case.
 #include <catch2/catch.hpp>
 
 #include "ht/verify/engine_checks.hpp"
@@ -24,6 +25,30 @@ Property with_fault(const std::string& name, void (*check)(const Case&, const ht
 }
 
 }  // namespace
+
+TEST_CASE("a W node run twice, skipped, or run before its backward makes engine.delay_wgrad fail", "[verify]") {
+  using ht::engine::exec::WeightFault;
+  const std::pair<WeightFault, std::string> faults[] = {{WeightFault::RunTwice, "ran twice"},
+                                                        {WeightFault::Skip, "never ran"},
+                                                        {WeightFault::BeforeBackward, "ran before its backward"}};
+  for (const auto& [fault, message] : faults) {
+    INFO(message);
+    Property p = *find_property("engine.delay_wgrad");
+    p.check = [fault = fault](const Case& c) {
+      ht::engine::exec::ExecutorOptions broken;
+      broken.test_weight_fault = fault;
+      check_engine_delay_wgrad(c, broken);
+    };
+    RunOptions o;
+    o.seed = 9;
+    o.cases = 10;
+    const RunResult r = run_property(p, o);
+    CHECK(r.outcome == Outcome::Fail);
+    REQUIRE(r.counterexample.has_value());
+    CHECK_THAT(r.note, Catch::Contains(message));
+    CHECK_FALSE(replay(*r.counterexample).has_value());  // the registered property passes the same case
+  }
+}
 
 TEST_CASE("a dropped residual gradient makes engine.matches_model fail", "[verify]") {
   RunOptions o;

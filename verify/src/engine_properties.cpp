@@ -123,6 +123,19 @@ void check_engine_overlap_vs_sequential(const Case& j, const ExecutorOptions& un
   }
 }
 
+void check_engine_delay_wgrad(const Case& j, const ExecutorOptions& under_test) {
+  const EngineCase c = engine_case_of(j);
+  const auto p = patterns::parse(c.pattern);
+  const int ep = overlap_ep(c);
+  const auto batches = detail::batches_for(c, ep, c.microbatches);
+  Executor on(p, c.model, c.weight_seed, detail::plan_for(p, c, ep, c.microbatches, true, true), under_test);
+  Executor off(p, c.model, c.weight_seed, detail::plan_for(p, c, ep, c.microbatches, true, false));
+  const auto a = on.step(batches);
+  const auto b = off.step(batches);
+  detail::expect_same_losses(a, b, "delayed wgrad on vs off");
+  detail::expect_same_tensors(on, off, true, "delayed wgrad on vs off");
+}
+
 namespace {
 
 void check_matches_model(const Case& j) { check_engine_matches_model(j, {}); }
@@ -142,18 +155,7 @@ void check_grouped_vs_flattened(const Case& j) {
   detail::expect_same_tensors(g, f, true, "grouped vs flattened");
 }
 
-void check_delay_wgrad(const Case& j) {
-  const EngineCase c = engine_case_of(j);
-  const auto p = patterns::parse(c.pattern);
-  const int ep = overlap_ep(c);
-  const auto batches = detail::batches_for(c, ep, c.microbatches);
-  Executor on(p, c.model, c.weight_seed, detail::plan_for(p, c, ep, c.microbatches, true, true));
-  Executor off(p, c.model, c.weight_seed, detail::plan_for(p, c, ep, c.microbatches, true, false));
-  const auto a = on.step(batches);
-  const auto b = off.step(batches);
-  detail::expect_same_losses(a, b, "delayed wgrad on vs off");
-  detail::expect_same_tensors(on, off, true, "delayed wgrad on vs off");
-}
+void check_delay_wgrad(const Case& j) { check_engine_delay_wgrad(j, {}); }
 
 // EP = n over n ranks against EP = 1 running the same microbatches one after the other. The
 // terms are the same, the association differs (per-rank sums, then the all-reduce; each

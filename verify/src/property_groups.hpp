@@ -10,6 +10,7 @@ namespace ht::verify::detail {
 
 void add_pattern_properties(std::vector<Property>& out);
 void add_plan_properties(std::vector<Property>& out);
+void add_layout_properties(std::vector<Property>& out);
 #ifdef HT_VERIFY_WITH_SIM
 void add_twin_properties(std::vector<Property>& out);
 #endif

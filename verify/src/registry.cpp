@@ -11,6 +11,7 @@ const std::vector<Property>& properties() {
     std::vector<Property> out;
     detail::add_pattern_properties(out);
     detail::add_plan_properties(out);
+    detail::add_layout_properties(out);
 #ifdef HT_VERIFY_WITH_SIM
     detail::add_twin_properties(out);
 #endif

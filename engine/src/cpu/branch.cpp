@@ -18,7 +18,8 @@ namespace ht::engine {
 namespace {
 
 // P: the layer's Params struct (with static visit), C: its Cache, Fwd/Bwd: callables
-// fwd(cfg, p, x, out, cache) and bwd(cfg, p, cache, x, dout, dx, grads).
+// fwd(cfg, p, x, out, cache) and bwd(cfg, p, cache, x, dout, dx, grads). HybridModel computes
+// every weight gradient inside the backward: the layers' WgradSink (layers/wgrad.hpp) stays null.
 template <class T, class P, class C, class Fwd, class Bwd>
 class LayerBranch final : public Branch<T> {
  public:
@@ -109,7 +110,7 @@ std::unique_ptr<Branch<T>> make_branch(char symbol, const ModelConfig& cfg, Rng&
       MlpParams<T> p;
       mlp_init(p, cfg, rng);
       return wrap<T, MlpParams<T>, MlpCache<T>>(cfg, std::move(p), &mlp_forward<T>,
-                                                &mlp_backward<T>);
+                                                [](auto&... a) { mlp_backward<T>(a...); });
     }
     case 'E': {
       MoeParams<T> p;
@@ -129,19 +130,19 @@ std::unique_ptr<Branch<T>> make_branch(char symbol, const ModelConfig& cfg, Rng&
       Mamba2Params<T> p;
       mamba2_init(p, cfg, rng);
       return wrap<T, Mamba2Params<T>, Mamba2Cache<T>>(cfg, std::move(p), &mamba2_forward<T>,
-                                                      &mamba2_backward<T>);
+                                                      [](auto&... a) { mamba2_backward<T>(a...); });
     }
     case 'G': {
       GdnParams<T> p;
       gdn_init(p, cfg, rng);
       return wrap<T, GdnParams<T>, GdnCache<T>>(cfg, std::move(p), &gdn_forward<T>,
-                                                &gdn_backward<T>);
+                                                [](auto&... a) { gdn_backward<T>(a...); });
     }
     case '+': {
       MlaParams<T> p;
       mla_init(p, cfg, rng);
       return wrap<T, MlaParams<T>, MlaCache<T>>(cfg, std::move(p), &mla_forward<T>,
-                                                &mla_backward<T>);
+                                                [](auto&... a) { mla_backward<T>(a...); });
     }
     default: unsupported(symbol);
   }

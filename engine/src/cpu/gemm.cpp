@@ -42,6 +42,7 @@ void pin_blas_threads() {
   (void)pinned;
 #endif
 }
+thread_local double flops_run = 0;
 template <class T>
 using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 template <class T>
@@ -54,6 +55,7 @@ template <class T>
 void matmul(T* out, const T* a, const T* b, int m, int n, int k, bool trans_a, bool trans_b,
             bool accumulate) {
   if (m == 0 || n == 0) return;
+  flops_run += 2.0 * m * n * k;
   pin_blas_threads();
   MMap<T> c(out, m, n);
   if (k == 0) {
@@ -83,11 +85,14 @@ void linear_forward(T* y, const T* x, const T* weight, const T* bias, int n, int
       for (int o = 0; o < oc; ++o) y[static_cast<long>(i) * oc + o] += bias[o];
 }
 
+double gemm_flops() { return flops_run; }
+
 template <class T>
 void linear_backward(T* dx, T* dweight, T* dbias, const T* dy, const T* x, const T* weight, int n,
-                     int c, int oc) {
+                     int c, int oc, WgradSink<T>* defer_weight) {
   if (dx) matmul(dx, dy, weight, n, c, oc, false, false, true);
-  if (dweight) matmul(dweight, dy, x, oc, c, n, true, false, true);
+  if (dweight && defer_weight) defer_weight->linear(dweight, dy, x, n, c, oc);
+  else if (dweight) matmul(dweight, dy, x, oc, c, n, true, false, true);
   if (dbias)
     // Row-by-row sum in token order: fixed reduction order.
     for (int i = 0; i < n; ++i)
@@ -97,7 +102,7 @@ void linear_backward(T* dx, T* dweight, T* dbias, const T* dy, const T* x, const
 #define HT_INSTANTIATE(T)                                                                   \
   template void matmul<T>(T*, const T*, const T*, int, int, int, bool, bool, bool);         \
   template void linear_forward<T>(T*, const T*, const T*, const T*, int, int, int);         \
-  template void linear_backward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int);
+  template void linear_backward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int, WgradSink<T>*);
 HT_INSTANTIATE(float)
 HT_INSTANTIATE(double)
 #undef HT_INSTANTIATE

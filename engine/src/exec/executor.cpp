@@ -16,6 +16,7 @@
 #include "ht/engine/exec/executor.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -25,6 +26,7 @@
 
 #include "ht/engine/cpu/gemm.hpp"
 #include "ht/engine/error.hpp"
+#include "ht/engine/exec/weight_steps.hpp"
 #include "ht/engine/layers/cross_entropy.hpp"
 #include "ht/engine/layers/embedding.hpp"
 #include "ht/engine/layers/rmsnorm.hpp"
@@ -35,6 +37,7 @@
 #include "ht/engine/runtime/cpu_world.hpp"
 #include "ht/engine/runtime/event_chain.hpp"
 #include "ht/patterns/checkpoint.hpp"
+#include "ht/schedule/check.hpp"
 #include "ht/schedule/node_args.hpp"
 #include "members.hpp"
 
@@ -49,6 +52,13 @@ using schedule::Phase;
 using schedule::Slot;
 
 [[noreturn]] void fail(const std::string& message) { throw EngineError(ErrorCode::BadConfig, "executor: " + message); }
+
+// FLOPs as an integer (span arguments are text).
+std::string flops_text(double flops) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.0f", flops);
+  return text;
+}
 
 Tf ones(int n) {
   Tf t({n});
@@ -405,9 +415,9 @@ struct Executor::Impl {
     b.member->forward(s.normed, s.out, *s.ms);
     for (std::size_t i = 0; i < h.size(); ++i) h[i] += s.out[i];
   }
-  void block_backward(Block& b, BlockState& s, Tf& dh) const {
+  void block_backward(Block& b, BlockState& s, Tf& dh, WgradSink<float>* w) const {
     Tf dnormed(s.normed.shape);
-    b.member->backward(s.normed, dh, dnormed, *s.ms);
+    b.member->backward(s.normed, dh, dnormed, *s.ms, w);
     rmsnorm_backward(dh, s.norm_g_staged, dnormed, s.h_in, b.norm_w, s.nc);
   }
   static void flush_norm(Block& b, BlockState& s) {
@@ -672,15 +682,15 @@ struct Executor::Impl {
     cs.dh = Tf(ms.pre.shape);
     rmsnorm_backward(cs.dh, md.final_norm_g, ms.d_hout, ms.pre, md.final_norm, ms.fnc);
   }
-  void mtp_pre_dispatch_backward(RankModel& m, int d, ChunkState& cs) const {
+  void mtp_pre_dispatch_backward(RankModel& m, int d, ChunkState& cs, WgradSink<float>* w) const {
     MtpDepth& md = m.mtp[static_cast<std::size_t>(d)];
     MtpState& ms = cs.mtp[static_cast<std::size_t>(d)];
-    pre_dispatch_backward(md.layer, ms.inner, cs);
+    pre_dispatch_backward(md.layer, ms.inner, cs, w);
     const int c = cfg.hidden;
     const int n = static_cast<int>(ms.cat.size() / static_cast<std::size_t>(2 * c));
     Tf dcat(ms.cat.shape);
     cpu::linear_backward<float>(dcat.ptr(), ms.eh_proj_staged.ptr(), nullptr, cs.dh.ptr(), ms.cat.ptr(), md.eh_proj.ptr(),
-                                n, 2 * c, c);
+                                n, 2 * c, c, w);
     Tf den(ms.en.shape), dhn(ms.hn.shape);
     for (int r = 0; r < n; ++r) {
       std::copy_n(dcat.ptr() + static_cast<long>(r) * 2 * c, c, den.ptr() + static_cast<long>(r) * c);
@@ -723,11 +733,11 @@ struct Executor::Impl {
     (void)layer;
   }
 
-  void mlp_backward_slot(LogicalLayer& layer, LayerState& ls, ChunkState& cs, int ep_rank) const {
+  void mlp_backward_slot(LogicalLayer& layer, LayerState& ls, ChunkState& cs, int ep_rank, WgradSink<float>* w) const {
     if (layer.terminal < 0) return;
     Block& b = layer.blocks.back();
     if (!layer.moe()) {
-      block_backward(b, ls.blocks.back(), cs.dh);
+      block_backward(b, ls.blocks.back(), cs.dh, w);
       return;
     }
     MoeState& st = *ls.moe;
@@ -740,11 +750,11 @@ struct Executor::Impl {
       const auto e = static_cast<std::size_t>(ep_rank * local_experts + le);
       swiglu_backward<float>(st.dexpert_in.data() + lo * c, st.staged.experts[e], st.dexpert_out.data() + lo * c,
                              st.expert_in.data() + lo * c, static_cast<int>(hi - lo), b.moe->p.experts[e],
-                             st.expert_caches[static_cast<std::size_t>(le)]);
+                             st.expert_caches[static_cast<std::size_t>(le)], w);
     }
   }
 
-  void pre_dispatch_backward(LogicalLayer& layer, LayerState& ls, ChunkState& cs) const {
+  void pre_dispatch_backward(LogicalLayer& layer, LayerState& ls, ChunkState& cs, WgradSink<float>* w) const {
     if (layer.moe()) {
       Block& b = layer.blocks.back();
       BlockState& bs = ls.blocks.back();
@@ -754,17 +764,18 @@ struct Executor::Impl {
       Tf dnormed(bs.normed.shape);
       if (b.moe->p.has_shared)
         swiglu_backward<float>(dnormed.ptr(), st.staged.shared, st.d_shared.ptr(), bs.normed.ptr(), n,
-                               b.moe->p.shared, st.shared_cache);
+                               b.moe->p.shared, st.shared_cache, w);
       moe_route_permute_backward<float>(cfg, b.moe->p, bs.normed.ptr(), st.routing, layer.loss_scale, st.dperm_in, st.dw,
                                         dnormed.ptr(), st.staged);
       cs.dh = st.d_residual;  // the merged gradient of the parked residual...
       rmsnorm_backward(cs.dh, bs.norm_g_staged, dnormed, bs.h_in, b.norm_w, bs.nc);  // ...plus the norm path
     }
     for (int i = layer.pre_count() - 1; i >= 0; --i)
-      block_backward(layer.blocks[static_cast<std::size_t>(i)], ls.blocks[static_cast<std::size_t>(i)], cs.dh);
+      block_backward(layer.blocks[static_cast<std::size_t>(i)], ls.blocks[static_cast<std::size_t>(i)], cs.dh, w);
   }
 
-  // Weight-gradient steps: staged gradients into the parameters' gradients.
+  // Flushes (the end of a slot's weight-gradient step, weight_steps.hpp): staged gradients into
+  // the parameters' gradients.
   void pre_dispatch_weight(LogicalLayer& layer, LayerState& ls) const {
     for (int i = 0; i < layer.pre_count(); ++i) {
       Block& b = layer.blocks[static_cast<std::size_t>(i)];
@@ -883,6 +894,7 @@ Executor::Executor(const patterns::ParsedPattern& pattern, const ModelConfig& cf
     : impl_(std::make_unique<Impl>()) {
   auto& im = *impl_;
   if (auto msg = unsupported_symbols(pattern); !msg.empty()) throw EngineError(ErrorCode::Unsupported, msg);
+  if (auto msg = schedule::beyond_engines(plan); !msg.empty()) throw EngineError(ErrorCode::Unsupported, "executor: " + msg);
   if (pattern.mtp_depths > 0 && plan.overlap)  // the builder's O3, also for plans built without it
     fail("hybrid MTP ('/" + pattern.mtp + "') does not run with the EP all-to-all overlap: the overlap scheduler does "
          "not expand the MTP's nested stack (rule O3, reference section 4); use the sequential schedule");
@@ -1054,6 +1066,17 @@ bool Executor::owns(int rank, const std::string& canonical) const {
   return std::stoi(canonical.substr(pos + tag.size())) / im.local_experts == im.at(rank).ep_rank;
 }
 
+double weight_gemm_share(const traces::Timeline& timeline) {
+  double backward = 0, weight = 0;
+  for (const auto& span : timeline.spans) {
+    const auto f = span.args.find("gemm_flops"), phase = span.args.find("phase");
+    if (f == span.args.end() || phase == span.args.end()) continue;
+    if (phase->second == schedule::to_string(Phase::Weight)) weight += std::stod(f->second);
+    if (phase->second == schedule::to_string(Phase::Backward)) backward += std::stod(f->second);
+  }
+  return backward + weight > 0 ? weight / (backward + weight) : 0;
+}
+
 double check_step_batches(const std::vector<std::vector<Batch>>& batches, int ranks, int microbatches, int vocab,
                           const std::string& who) {
   if (static_cast<int>(batches.size()) != ranks)
@@ -1142,12 +1165,10 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
       }
     }
   }
-  // A slot whose weight gradients the plan does not delay (no W node: e.g. a lone 'E', whose
-  // router and norm gradients Megatron computes in the backward itself) adds its staged
-  // gradients right after its backward.
-  std::set<std::tuple<int, int, bool, int, Slot>> has_w;  // (rank, microbatch, mtp, layer, slot)
-  for (const auto& n : im.plan.nodes)
-    if (n.phase == Phase::Weight) has_w.insert({n.rank, n.microbatch, n.mtp, n.layer, n.slot});
+  // The W nodes' state (weight_steps.hpp). A slot the plan gives no W node (no delayed wgrad, or
+  // nothing to delay: e.g. a lone 'E', whose router and norm gradients Megatron computes in the
+  // backward itself) runs its weight GEMMs in its backward and flushes right after it.
+  WeightSteps<CpuMemory, float> steps(im.plan, 0, im.nranks);
 
   world.run([&](runtime::RankContext& ctx) {
     const int r = ctx.rank;
@@ -1158,8 +1179,7 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
     runtime::Communicator& dp_comm = *dp_comms[static_cast<std::size_t>(lo.pp_rank)][static_cast<std::size_t>(lo.dp_rank)];
     runtime::Communicator& pipe = *pipe_comms[static_cast<std::size_t>(r)];
     runtime::EventChains chains([&ctx] { return ctx.make_event(); });
-    const auto& rp = im.plan.ranks.at(static_cast<std::size_t>(r));
-    for (int id : rp.issue) {
+    for (int id : issue_order(im.plan, r, im.options.test_weight_fault)) {
       const schedule::Node& node = im.plan.node(id);
       if (node.rank != r)
         throw EngineError(ErrorCode::BadConfig, "executor: rank " + std::to_string(r) + " issues node " + node.label() +
@@ -1202,7 +1222,6 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
         layer = &m.layers.at(static_cast<std::size_t>(node.layer));
         ls = &cs.layers.at(static_cast<std::size_t>(node.layer));
       }
-      const bool delayed = has_w.count({r, node.microbatch, node.mtp, node.layer, node.slot}) > 0;
       if ((node.slot == Slot::Dispatch || node.slot == Slot::Combine) && (!layer || !layer->moe()))
         throw EngineError(ErrorCode::BadConfig, "executor: node " + node.label() + " is a comm node of a dense layer");
       if (node.layer < 0 && node.slot != Slot::PreProcess && node.slot != Slot::PostProcess && node.slot != Slot::PipeSend &&
@@ -1220,22 +1239,22 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
           break;
         case Slot::PreDispatch:
           if (node.mtp) {
+            auto flush = [&im, &m, depth, &cs] { im.mtp_pre_dispatch_weight(m, depth, cs); };
             if (node.phase == Phase::Forward) work = [&im, &m, depth, &cs] { im.mtp_pre_dispatch_forward(m, depth, cs); };
             else if (node.phase == Phase::Backward)
-              work = [&im, &m, depth, &cs, delayed] {
-                im.mtp_pre_dispatch_backward(m, depth, cs);
-                if (!delayed) im.mtp_pre_dispatch_weight(m, depth, cs);
+              work = [&im, &m, depth, &cs, &steps, &node, flush] {
+                steps.backward(node, [&](WgradSink<float>* w) { im.mtp_pre_dispatch_backward(m, depth, cs, w); }, flush);
               };
-            else work = [&im, &m, depth, &cs] { im.mtp_pre_dispatch_weight(m, depth, cs); };
+            else work = [&steps, &node, flush] { steps.weight(node, flush); };
             break;
           }
           if (node.phase == Phase::Forward) work = [&im, layer, ls, &cs] { im.pre_dispatch_forward(*layer, *ls, cs); };
           else if (node.phase == Phase::Backward)
-            work = [&im, layer, ls, &cs, delayed] {
-              im.pre_dispatch_backward(*layer, *ls, cs);
-              if (!delayed) im.pre_dispatch_weight(*layer, *ls);
+            work = [&im, layer, ls, &cs, &steps, &node] {
+              steps.backward(node, [&](WgradSink<float>* w) { im.pre_dispatch_backward(*layer, *ls, cs, w); },
+                             [&] { im.pre_dispatch_weight(*layer, *ls); });
             };
-          else work = [&im, layer, ls] { im.pre_dispatch_weight(*layer, *ls); };
+          else work = [&im, layer, ls, &steps, &node] { steps.weight(node, [&] { im.pre_dispatch_weight(*layer, *ls); }); };
           break;
         case Slot::MtpPost:
           if (!node.mtp)
@@ -1247,11 +1266,11 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
         case Slot::Mlp:
           if (node.phase == Phase::Forward) work = [&im, layer, ls, &cs, ep] { im.mlp_forward_slot(*layer, *ls, cs, ep); };
           else if (node.phase == Phase::Backward)
-            work = [&im, layer, ls, &cs, ep, delayed] {
-              im.mlp_backward_slot(*layer, *ls, cs, ep);
-              if (!delayed) im.mlp_weight(*layer, *ls, ep);
+            work = [&im, layer, ls, &cs, ep, &steps, &node] {
+              steps.backward(node, [&](WgradSink<float>* w) { im.mlp_backward_slot(*layer, *ls, cs, ep, w); },
+                             [&] { im.mlp_weight(*layer, *ls, ep); });
             };
-          else work = [&im, layer, ls, ep] { im.mlp_weight(*layer, *ls, ep); };
+          else work = [&im, layer, ls, ep, &steps, &node] { steps.weight(node, [&] { im.mlp_weight(*layer, *ls, ep); }); };
           break;
         case Slot::Dispatch:
           if (node.phase == Phase::Forward)
@@ -1309,9 +1328,17 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
                                                       " is not supported yet");
       }
       if (!work) throw EngineError(ErrorCode::BadConfig, "executor: node " + node.label() + " has no action");
+      // The GEMM work the node did (cpu::gemm_flops, a counter of the stream's thread): where the
+      // weight-gradient GEMMs ran, readable from the timeline.
+      work = [inner = std::move(work)] {
+        const double before = cpu::gemm_flops();
+        inner();
+        runtime::annotate_span("gemm_flops", flops_text(cpu::gemm_flops() - before));
+      };
       chains.issue(runtime::ChainKey{node.microbatch, node.vp_stage}, stream, std::move(work), std::move(label));
     }
   });
+  steps.finish();
 
   // Losses per (DP rank, microbatch), summed as the single-stage run sums them: router losses
   // in layer order (from whichever stage holds the layer, MTP depths last), then the main loss

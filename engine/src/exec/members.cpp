@@ -35,9 +35,9 @@ class MixerMember final : public Member {
     fwd_(cfg_, p_, x, out, static_cast<State&>(s).cache);
   }
   void backward(const Tensor<float>& x, const Tensor<float>& dout, Tensor<float>& dx,
-                MemberState& s) const override {
+                MemberState& s, WgradSink<float>* wgrad) const override {
     auto& st = static_cast<State&>(s);
-    bwd_(cfg_, p_, st.cache, x, dout, dx, st.staged);
+    bwd_(cfg_, p_, st.cache, x, dout, dx, st.staged, wgrad);
   }
   void flush(MemberState& s) override { add_into(g_, static_cast<State&>(s).staged); }
   void for_each_param(const ParamFn& f) override {
@@ -81,8 +81,9 @@ std::unique_ptr<Member> make_member(char symbol, const ModelConfig& cfg, Rng& rn
       auto fwd = [window](const ModelConfig& c, const AttentionParams<T>& pp, const Tensor<T>& x,
                           Tensor<T>& out, AttentionCache<T>& cache) { attention_forward(c, pp, x, out, cache, window); };
       auto bwd = [window](const ModelConfig& c, const AttentionParams<T>& pp, const AttentionCache<T>& cache,
-                          const Tensor<T>& x, const Tensor<T>& dout, Tensor<T>& dx, AttentionParams<T>& g) {
-        attention_backward(c, pp, cache, x, dout, dx, g, window);
+                          const Tensor<T>& x, const Tensor<T>& dout, Tensor<T>& dx, AttentionParams<T>& g,
+                          WgradSink<T>* wgrad) {
+        attention_backward(c, pp, cache, x, dout, dx, g, window, wgrad);
       };
       return wrap<AttentionParams<T>, AttentionCache<T>>(cfg, std::move(p), fwd, bwd);
     }

@@ -1,7 +1,9 @@
 // Executor-side physical layers (internal to engine/src/exec): the same layer functions the
 // HybridModel's branches call, but with the per-microbatch state kept outside the layer, so two
-// microbatches can be in flight on one rank, and with parameter gradients staged per microbatch
-// so the weight-gradient step can run later (delayed wgrad) without changing a bit.
+// microbatches can be in flight on one rank, and with parameter gradients staged per microbatch.
+// A backward given a WgradSink leaves its weight-gradient GEMMs to it (the W node of delayed
+// wgrad runs them later into the same staging buffers, the same bits); flush adds the staging
+// buffers to the parameter gradients.
 #pragma once
 
 #include <functional>
@@ -12,6 +14,7 @@
 #include "ht/engine/config.hpp"
 #include "ht/engine/layers/moe.hpp"
 #include "ht/engine/layers/rmsnorm.hpp"
+#include "ht/engine/layers/wgrad.hpp"
 #include "ht/engine/rng.hpp"
 #include "ht/engine/tensor.hpp"
 
@@ -24,15 +27,15 @@ struct MemberState {
 };
 
 // The residual branch of one physical layer other than 'E': forward on the pre-normed input,
-// backward into dx (+=) and into the state's staged gradients; flush adds them to the
-// parameter gradients.
+// backward into dx (+=) and into the state's staged gradients (the weight GEMMs through `wgrad`
+// when one is given); flush adds them to the parameter gradients.
 class Member {
  public:
   virtual ~Member() = default;
   virtual std::unique_ptr<MemberState> new_state() const = 0;
   virtual void forward(const Tensor<float>& x, Tensor<float>& out, MemberState& s) const = 0;
   virtual void backward(const Tensor<float>& x, const Tensor<float>& dout, Tensor<float>& dx,
-                        MemberState& s) const = 0;
+                        MemberState& s, WgradSink<float>* wgrad) const = 0;
   virtual void flush(MemberState& s) = 0;
   virtual void for_each_param(const ParamFn& f) = 0;
 };

@@ -67,10 +67,12 @@ CheckpointManifest load_checkpoint(const std::string& dir, HybridModel<float>& m
 // "M[*E]-": decoder.layers.1.mlp.router.weight -> layers.2.mlp.router.weight).
 std::string canonical_key(const patterns::ParsedPattern& saved, const std::string& key);
 
-// Imports a GPT checkpoint (one safetensors file with homogeneous GPT keys decoder.layers.<g>.*,
-// decoder.final_layernorm.weight, embedding, output layer) via patterns::gpt_layer_map: the k-th
+// Imports the weights of a GPT model (one safetensors file) via patterns::gpt_layer_map: the k-th
 // attention member takes GPT layer k's self_attention.*, the k-th MLP/MoE member its MLP keys;
-// Mamba/GDN layers keep their fresh init. All-or-nothing like load_checkpoint.
+// Mamba/GDN layers keep their fresh init. The file must use this engine's own parameter names
+// with one key per layer index (decoder.layers.<g>.<our name>, decoder.final_layernorm.weight,
+// embedding, output layer), not Megatron-LM's or Transformer Engine's spellings; no optimizer
+// state is read. Used by the one-rank trainer only. All-or-nothing like load_checkpoint.
 void import_gpt(const std::string& safetensors_path, HybridModel<float>& model);
 
 }  // namespace ht::engine

@@ -147,13 +147,13 @@ template <class T>
 void attention_backward(const ModelConfig& cfg, const AttentionParams<T>& p,
                         const AttentionCache<T>& cache, const Tensor<T>& inp,
                         const Tensor<T>& dout, Tensor<T>& dinp, AttentionParams<T>& grads,
-                        int window) {
+                        int window, WgradSink<T>* wgrad) {
   const Dims dm = dims_of(cfg, inp);
   const int n = dm.b * dm.t;
   // forward: out = o proj^T
   std::vector<T> d_o(static_cast<std::size_t>(n) * dm.h * dm.d, T(0));
   cpu::linear_backward<T>(d_o.data(), grads.proj.ptr(), nullptr, dout.ptr(), cache.o.ptr(),
-                          p.proj.ptr(), n, dm.h * dm.d, dm.c);
+                          p.proj.ptr(), n, dm.h * dm.d, dm.c, wgrad);
 
   std::vector<T> dq(cache.q.size(), T(0)), dk(cache.k.size(), T(0)), dv(cache.v.size(), T(0));
   const T scale = T(1) / std::sqrt(static_cast<T>(dm.d));
@@ -207,7 +207,7 @@ void attention_backward(const ModelConfig& cfg, const AttentionParams<T>& p,
       }
     }
   cpu::linear_backward<T>(dinp.ptr(), grads.qkv.ptr(), nullptr, dqkv.data(), inp.ptr(),
-                          p.qkv.ptr(), n, dm.c, dm.qkv_width);
+                          p.qkv.ptr(), n, dm.c, dm.qkv_width, wgrad);
 }
 
 #define HT_INSTANTIATE(T)                                                                      \
@@ -216,7 +216,8 @@ void attention_backward(const ModelConfig& cfg, const AttentionParams<T>& p,
                                      const Tensor<T>&, Tensor<T>&, AttentionCache<T>&, int);  \
   template void attention_backward<T>(const ModelConfig&, const AttentionParams<T>&,          \
                                       const AttentionCache<T>&, const Tensor<T>&,             \
-                                      const Tensor<T>&, Tensor<T>&, AttentionParams<T>&, int);
+                                      const Tensor<T>&, Tensor<T>&, AttentionParams<T>&, int, \
+                                      WgradSink<T>*);
 HT_INSTANTIATE(float)
 HT_INSTANTIATE(double)
 #undef HT_INSTANTIATE

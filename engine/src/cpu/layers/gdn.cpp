@@ -187,7 +187,7 @@ void gdn_forward(const ModelConfig& cfg, const GdnParams<T>& p, const Tensor<T>&
 template <class T>
 void gdn_backward(const ModelConfig& cfg, const GdnParams<T>& p, const GdnCache<T>& cache,
                   const Tensor<T>& inp, const Tensor<T>& dout, Tensor<T>& dinp,
-                  GdnParams<T>& grads) {
+                  GdnParams<T>& grads, WgradSink<T>* wgrad) {
   const GdnDims c = GdnDims::from(cfg);
   const int B = inp.dim(0), Tn = inp.dim(1), N = B * Tn;
   const int IN = c.in_proj_dim(), Ch = c.conv_dim(), KD = c.key_dim(), VD = c.value_dim();
@@ -201,7 +201,7 @@ void gdn_backward(const ModelConfig& cfg, const GdnParams<T>& p, const GdnCache<
 
   // forward: out = gated W_out^T
   cpu::linear_backward(dgated.ptr(), grads.out_proj.ptr(), (T*)nullptr, dout.ptr(),
-                       cache.gated.ptr(), p.out_proj.ptr(), N, VD, c.d_model);
+                       cache.gated.ptr(), p.out_proj.ptr(), N, VD, c.d_model, wgrad);
   // forward: gated = rmsnorm(o) * norm_weight * silu(z)
   std::vector<T> normed(static_cast<std::size_t>(dv)), dnormed(static_cast<std::size_t>(dv));
   for (int r = 0; r < N; r++)
@@ -335,7 +335,7 @@ void gdn_backward(const ModelConfig& cfg, const GdnParams<T>& p, const GdnCache<
                               cache.proj.ptr(), IN, p.conv_weight.ptr(), B, Tn, Ch, c.d_conv);
   // forward: proj = x W_in^T
   cpu::linear_backward(dinp.ptr(), grads.in_proj.ptr(), (T*)nullptr, dproj.ptr(), inp.ptr(),
-                       p.in_proj.ptr(), N, c.d_model, IN);
+                       p.in_proj.ptr(), N, c.d_model, IN, wgrad);
 }
 
 #define HT_GDN_INSTANTIATE(T)                                                                \
@@ -343,7 +343,8 @@ void gdn_backward(const ModelConfig& cfg, const GdnParams<T>& p, const GdnCache<
   template void gdn_forward<T>(const ModelConfig&, const GdnParams<T>&, const Tensor<T>&,    \
                                Tensor<T>&, GdnCache<T>&);                                    \
   template void gdn_backward<T>(const ModelConfig&, const GdnParams<T>&, const GdnCache<T>&, \
-                                const Tensor<T>&, const Tensor<T>&, Tensor<T>&, GdnParams<T>&);
+                                const Tensor<T>&, const Tensor<T>&, Tensor<T>&, GdnParams<T>&, \
+                                WgradSink<T>*);
 HT_GDN_INSTANTIATE(float)
 HT_GDN_INSTANTIATE(double)
 #undef HT_GDN_INSTANTIATE

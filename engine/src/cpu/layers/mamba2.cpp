@@ -153,7 +153,7 @@ void mamba2_forward(const ModelConfig& cfg, const Mamba2Params<T>& p, const Tens
 template <class T>
 void mamba2_backward(const ModelConfig& cfg, const Mamba2Params<T>& p, const Mamba2Cache<T>& cache,
                      const Tensor<T>& inp, const Tensor<T>& dout, Tensor<T>& dinp,
-                     Mamba2Params<T>& grads) {
+                     Mamba2Params<T>& grads, WgradSink<T>* wgrad) {
   const Mamba2Dims c = Mamba2Dims::from(cfg);
   const int B = inp.dim(0), Tn = inp.dim(1), N = B * Tn;
   const int DI = c.d_inner(), Ch = c.conv_dim(), IN = c.in_proj_dim(), H = c.nheads;
@@ -166,7 +166,7 @@ void mamba2_backward(const ModelConfig& cfg, const Mamba2Params<T>& p, const Mam
 
   // forward: out = normed W_out^T
   cpu::linear_backward(dnormed.ptr(), grads.out_proj.ptr(), (T*)nullptr, dout.ptr(),
-                       cache.normed.ptr(), p.out_proj.ptr(), N, DI, c.d_model);
+                       cache.normed.ptr(), p.out_proj.ptr(), N, DI, c.d_model, wgrad);
 
   // forward: normed = rmsnorm_per_group(gated) * norm, gated = y * silu(z)
   std::vector<T> gated(static_cast<std::size_t>(GS)), dgated(static_cast<std::size_t>(GS));
@@ -264,7 +264,7 @@ void mamba2_backward(const ModelConfig& cfg, const Mamba2Params<T>& p, const Mam
                               Tn, Ch, c.d_conv);
   // forward: zxbcdt = inp W_in^T
   cpu::linear_backward(dinp.ptr(), grads.in_proj.ptr(), (T*)nullptr, dzxbcdt.ptr(), inp.ptr(),
-                       p.in_proj.ptr(), N, c.d_model, IN);
+                       p.in_proj.ptr(), N, c.d_model, IN, wgrad);
 }
 
 #define HT_MAMBA2_INSTANTIATE(T)                                                                \
@@ -273,7 +273,7 @@ void mamba2_backward(const ModelConfig& cfg, const Mamba2Params<T>& p, const Mam
                                   Tensor<T>&, Mamba2Cache<T>&);                                 \
   template void mamba2_backward<T>(const ModelConfig&, const Mamba2Params<T>&,                  \
                                    const Mamba2Cache<T>&, const Tensor<T>&, const Tensor<T>&,   \
-                                   Tensor<T>&, Mamba2Params<T>&);
+                                   Tensor<T>&, Mamba2Params<T>&, WgradSink<T>*);
 HT_MAMBA2_INSTANTIATE(float)
 HT_MAMBA2_INSTANTIATE(double)
 #undef HT_MAMBA2_INSTANTIATE

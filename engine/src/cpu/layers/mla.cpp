@@ -187,7 +187,7 @@ void mla_forward(const ModelConfig& cfg, const MlaParams<T>& p, const Tensor<T>&
 template <class T>
 void mla_backward(const ModelConfig& cfg, const MlaParams<T>& p, const MlaCache<T>& cache,
                   const Tensor<T>& inp, const Tensor<T>& dout, Tensor<T>& dinp,
-                  MlaParams<T>& grads) {
+                  MlaParams<T>& grads, WgradSink<T>* wgrad) {
   const MlaDims c = MlaDims::from(cfg);
   const int B = inp.dim(0), Tn = inp.dim(1), N = B * Tn, H = c.nheads;
   const int qr = c.q_lora_rank, kvr = c.kv_lora_rank, dn = c.qk_head_dim, dr = c.qk_pos_dim;
@@ -197,7 +197,7 @@ void mla_backward(const ModelConfig& cfg, const MlaParams<T>& p, const MlaCache<
 
   // forward: out = o W_o^T
   cpu::linear_backward(d_o.ptr(), grads.proj.ptr(), (T*)nullptr, dout.ptr(), cache.o.ptr(),
-                       p.proj.ptr(), N, H * dv, c.d_model);
+                       p.proj.ptr(), N, H * dv, c.d_model, wgrad);
   // forward: o_t = sum_s att[t,s] V_s, att = softmax(scale Q_t K_s), s <= t
   const T scale = T(1) / std::sqrt(static_cast<T>(dq));
   std::vector<T> datt(static_cast<std::size_t>(Tn));
@@ -263,31 +263,31 @@ void mla_backward(const ModelConfig& cfg, const MlaParams<T>& p, const MlaCache<
   if (qr == 0) {
     // forward: q = inp W_q^T
     cpu::linear_backward(dinp.ptr(), grads.q_proj.ptr(), (T*)nullptr, dqproj.ptr(), inp.ptr(),
-                         p.q_proj.ptr(), N, c.d_model, c.q_up_dim());
+                         p.q_proj.ptr(), N, c.d_model, c.q_up_dim(), wgrad);
   } else {
     // forward: q = cqn W_qu^T, cqn = rmsnorm(cq) * q_norm, cq = inp W_qd^T
     Tensor<T> dcqn({B, Tn, qr}), dcq({B, Tn, qr});
     cpu::linear_backward(dcqn.ptr(), grads.q_up.ptr(), (T*)nullptr, dqproj.ptr(), cache.cqn.ptr(),
-                         p.q_up.ptr(), N, qr, c.q_up_dim());
+                         p.q_up.ptr(), N, qr, c.q_up_dim(), wgrad);
     for (int r = 0; r < N; r++)
       mixer::rmsnorm_row_backward(dcq.ptr() + static_cast<std::size_t>(r) * qr, grads.q_norm.ptr(),
                                   dcqn.ptr() + static_cast<std::size_t>(r) * qr,
                                   cache.cq.ptr() + static_cast<std::size_t>(r) * qr, p.q_norm.ptr(),
                                   cache.q_rstd[r], qr);
     cpu::linear_backward(dinp.ptr(), grads.q_down.ptr(), (T*)nullptr, dcq.ptr(), inp.ptr(),
-                         p.q_down.ptr(), N, c.d_model, qr);
+                         p.q_down.ptr(), N, c.d_model, qr, wgrad);
   }
   // forward: kv = ckvn W_kvu^T, ckvn = rmsnorm(ckv latent) * kv_norm, ckv = inp W_kvd^T
   Tensor<T> dckvn({B, Tn, kvr});
   cpu::linear_backward(dckvn.ptr(), grads.kv_up.ptr(), (T*)nullptr, dkvproj.ptr(), cache.ckvn.ptr(),
-                       p.kv_up.ptr(), N, kvr, c.kv_up_dim());
+                       p.kv_up.ptr(), N, kvr, c.kv_up_dim(), wgrad);
   for (int r = 0; r < N; r++)
     mixer::rmsnorm_row_backward(dckv.ptr() + static_cast<std::size_t>(r) * KVD, grads.kv_norm.ptr(),
                                 dckvn.ptr() + static_cast<std::size_t>(r) * kvr,
                                 cache.ckv.ptr() + static_cast<std::size_t>(r) * KVD,
                                 p.kv_norm.ptr(), cache.kv_rstd[r], kvr);
   cpu::linear_backward(dinp.ptr(), grads.kv_down.ptr(), (T*)nullptr, dckv.ptr(), inp.ptr(),
-                       p.kv_down.ptr(), N, c.d_model, KVD);
+                       p.kv_down.ptr(), N, c.d_model, KVD, wgrad);
 }
 
 #define HT_MLA_INSTANTIATE(T)                                                                \
@@ -295,7 +295,8 @@ void mla_backward(const ModelConfig& cfg, const MlaParams<T>& p, const MlaCache<
   template void mla_forward<T>(const ModelConfig&, const MlaParams<T>&, const Tensor<T>&,    \
                                Tensor<T>&, MlaCache<T>&);                                    \
   template void mla_backward<T>(const ModelConfig&, const MlaParams<T>&, const MlaCache<T>&, \
-                                const Tensor<T>&, const Tensor<T>&, Tensor<T>&, MlaParams<T>&);
+                                const Tensor<T>&, const Tensor<T>&, Tensor<T>&, MlaParams<T>&, \
+                                WgradSink<T>*);
 HT_MLA_INSTANTIATE(float)
 HT_MLA_INSTANTIATE(double)
 #undef HT_MLA_INSTANTIATE

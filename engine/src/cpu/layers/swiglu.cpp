@@ -49,7 +49,7 @@ void swiglu_forward(T* y, SwiGLUCache<T>& cache, const T* x, int n, const SwiGLU
 
 template <class T>
 void swiglu_backward(T* dx, SwiGLUWeights<T>& grads, const T* dy, const T* x, int n,
-                     const SwiGLUWeights<T>& w, const SwiGLUCache<T>& cache) {
+                     const SwiGLUWeights<T>& w, const SwiGLUCache<T>& cache, WgradSink<T>* wgrad) {
   const int c = w.fc1.dim(1), f = w.fc2.dim(1);
   if (n == 0) return;
   // Scratch is written in full before it is read: no zero fill.
@@ -58,7 +58,7 @@ void swiglu_backward(T* dx, SwiGLUWeights<T>& grads, const T* dy, const T* x, in
   // forward: y = act fc2^T, so dact = dy fc2 (written, not accumulated) and dfc2 += dy^T act.
   cpu::matmul<T>(dact.get(), dy, w.fc2.ptr(), n, f, c);
   cpu::linear_backward<T>(nullptr, grads.fc2.ptr(), nullptr, dy, cache.act.data(), w.fc2.ptr(), n,
-                          f, c);
+                          f, c, wgrad);
   // forward: act = silu(g) * u, so dg = dact * u * silu'(g) and du = dact * silu(g), with one
   // sigmoid s per entry.
   Row<T> sig(f);
@@ -70,7 +70,8 @@ void swiglu_backward(T* dx, SwiGLUWeights<T>& grads, const T* dy, const T* x, in
     RowMap<T>(d, f) = da * u * (sig + g * sig * (T(1) - sig));
     RowMap<T>(d + f, f) = da * (g * sig);
   }
-  cpu::linear_backward<T>(dx, grads.fc1.ptr(), nullptr, dh.get(), x, w.fc1.ptr(), n, c, 2 * f);
+  cpu::linear_backward<T>(dx, grads.fc1.ptr(), nullptr, dh.get(), x, w.fc1.ptr(), n, c, 2 * f,
+                          wgrad);
 }
 
 template <class T>
@@ -89,21 +90,23 @@ void mlp_forward(const ModelConfig& /*cfg*/, const MlpParams<T>& p, const Tensor
 template <class T>
 void mlp_backward(const ModelConfig& /*cfg*/, const MlpParams<T>& p, const MlpCache<T>& cache,
                   const Tensor<T>& inp, const Tensor<T>& dout, Tensor<T>& dinp,
-                  MlpParams<T>& grads) {
+                  MlpParams<T>& grads, WgradSink<T>* wgrad) {
   const int n = static_cast<int>(inp.size() / static_cast<std::size_t>(inp.dim(-1)));
-  swiglu_backward<T>(dinp.ptr(), grads.w, dout.ptr(), inp.ptr(), n, p.w, cache.inner);
+  swiglu_backward<T>(dinp.ptr(), grads.w, dout.ptr(), inp.ptr(), n, p.w, cache.inner, wgrad);
 }
 
 #define HT_INSTANTIATE(T)                                                                     \
   template void swiglu_init<T>(SwiGLUWeights<T>&, int, int, T, Rng&);                        \
   template void swiglu_forward<T>(T*, SwiGLUCache<T>&, const T*, int, const SwiGLUWeights<T>&); \
   template void swiglu_backward<T>(T*, SwiGLUWeights<T>&, const T*, const T*, int,           \
-                                   const SwiGLUWeights<T>&, const SwiGLUCache<T>&);          \
+                                   const SwiGLUWeights<T>&, const SwiGLUCache<T>&,           \
+                                   WgradSink<T>*);                                           \
   template void mlp_init<T>(MlpParams<T>&, const ModelConfig&, Rng&);                        \
   template void mlp_forward<T>(const ModelConfig&, const MlpParams<T>&, const Tensor<T>&,    \
                                Tensor<T>&, MlpCache<T>&);                                    \
   template void mlp_backward<T>(const ModelConfig&, const MlpParams<T>&, const MlpCache<T>&, \
-                                const Tensor<T>&, const Tensor<T>&, Tensor<T>&, MlpParams<T>&);
+                                const Tensor<T>&, const Tensor<T>&, Tensor<T>&, MlpParams<T>&, \
+                                WgradSink<T>*);
 HT_INSTANTIATE(float)
 HT_INSTANTIATE(double)
 #undef HT_INSTANTIATE

@@ -25,6 +25,11 @@ struct SymbolInfo {
   std::array<std::string_view, 2> namespaces;  // top-level checkpoint namespaces; "" = unused
   bool mla_family;                           // D + C H W: excluded together with '*'
   bool engine_supported;                     // the CPU/CUDA engine implements it
+  // Its weight-gradient GEMMs can move to a W node (delayed wgrad): the overlap scheduler has a
+  // wgrad callable for it (reference section 3.3's map: the */D/G pre-layers' backward_dw
+  // wrappers, M itself, + with #6960, the '-'/'E' terminal's mlp). A plan with delayed wgrad
+  // refuses the others rather than leave their weight gradients out (schedule/build.hpp).
+  bool defers_wgrad;
 };
 
 inline constexpr char kPipe = '|';

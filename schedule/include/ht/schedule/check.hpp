@@ -18,4 +18,9 @@ void check_plan_structure(const Plan& plan);
 // description of the nodes that can never start. Assumes check_plan_structure passed.
 std::string find_deadlock(const Plan& plan);
 
+// What a plan uses beyond what the engines' executors run -- tensor, context or expert-tensor
+// parallelism, Megatron's DDP gradient sync, recomputation -- as one sentence, or "" when nothing.
+// Such plans are the twin's what-ifs; the executors refuse them with this sentence.
+std::string beyond_engines(const Plan& plan);
+
 }  // namespace ht::schedule

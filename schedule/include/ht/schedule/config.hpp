@@ -3,10 +3,13 @@
 // Model dimensions load from and save to a small JSON object so `--model FILE.json` works.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ht::schedule {
 
@@ -36,11 +39,31 @@ struct ModelDims {
   int q_lora_rank = 1536;        // MLA low-rank query projection
   int kv_lora_rank = 512;        // MLA low-rank key/value projection
   int window = 1024;             // sliding window of 'W' (also the key budget of 'D')
+  // Details real model cards need (defaults keep the behaviour of the fields above):
+  int gdn_key_heads = 0;         // GDN query/key heads; 0 = gdn_num_heads (the value heads)
+  int gdn_key_head_dim = 0;      // GDN query/key head size; 0 = gdn_head_dim
+  int attn_output_gate = 0;      // 1: attention has a sigmoid output gate (q_proj doubles)
+  int qk_norm = 0;               // 1: RMSNorm on queries and keys (2 x head_dim weights)
+  int rotary_percent = 100;      // share of the head dimension that RoPE rotates
+  int tied_embeddings = 0;       // 1: the output layer shares the embedding's weights
+  int shared_expert_gate = 0;    // 1: the shared expert's output passes a sigmoid gate (h weights)
+  int gated_ffn = 1;             // 1: SwiGLU FFNs (3 matrices); 0: non-gated (2 matrices, e.g. ReLU^2)
+  int mla_rope_head_dim = 0;     // MLA decoupled RoPE key/query size (DeepSeek qk_rope_head_dim)
+  int mla_v_head_dim = 0;        // MLA value head size; 0 = head_dim
+  int moe_latent_size = 0;       // latent MoE: routed experts work in this width (h -> latent ->
+                                 // h projections around them); 0 = none (experts see hidden)
+  int mtp_shared_weights = 0;    // 1: all MTP depths share one set of weights (counted once)
 
   bool operator==(const ModelDims&) const = default;
 
   // Tokens in one microbatch on one rank.
   double tokens() const { return double(micro_batch) * double(seq_len); }
+  int gdn_qk_heads() const { return gdn_key_heads > 0 ? gdn_key_heads : gdn_num_heads; }
+  int gdn_qk_head_dim() const { return gdn_key_head_dim > 0 ? gdn_key_head_dim : gdn_head_dim; }
+  int mla_v_dim() const { return mla_v_head_dim > 0 ? mla_v_head_dim : head_dim; }
+  int moe_width() const { return moe_latent_size > 0 ? moe_latent_size : hidden; }  // what experts see
+  // FFN matrices per unit of intermediate size: 3 for SwiGLU (gate, up, down), 2 otherwise.
+  int ffn_matrices() const { return gated_ffn ? 3 : 2; }
 };
 
 // A small model for tests and the CPU engine: every layer type is cheap but no size is 1.
@@ -53,23 +76,110 @@ struct ModelField {
   Member member;
   int min;                  // smallest legal value
   std::string_view help;
+  int max = 1 << 30;        // largest legal value
 };
 std::span<const ModelField> model_fields();
 
-// Parallel layout. Global ranks = pp * dp, numbered rank = pp_rank * dp + dp_rank. EP groups are
-// consecutive subsets of the dp ranks of one pipeline stage (dp % ep == 0): ep_group =
-// dp_rank / ep, ep_rank = dp_rank % ep.
+// Selective recomputation modules, by Megatron's names (reference megatron-parallel.md 6.2).
+enum RecomputeModule : unsigned {
+  kRecomputeCoreAttn = 1u << 0,       // core attention of '*'/'W' (a fused kernel saves ~nothing)
+  kRecomputeLayernorm = 1u << 1,      // MLA input norm and the MoE pre-MLP norm
+  kRecomputeMoeAct = 1u << 2,         // routed experts' activation
+  kRecomputeMlp = 1u << 3,            // the whole dense MLP '-' (its TP collectives replay)
+  kRecomputeMoe = 1u << 4,            // the whole MoE layer (its all-to-alls replay; not with overlap)
+  kRecomputeSharedExperts = 1u << 5,  // the shared expert
+  kRecomputeMlaUpProj = 1u << 6,      // MLA up-projections and RoPE
+};
+struct RecomputeName {
+  std::string_view name;
+  RecomputeModule module;
+};
+std::span<const RecomputeName> recompute_names();
+// "full", "none" or a comma list of module names -> (full, modules); throws BadConfig naming the
+// unknown module and listing the known ones.
+struct Recompute {
+  bool full = false;       // every layer keeps only its input; its forward reruns before backward
+  unsigned modules = 0;    // RecomputeModule bits (selective)
+  bool any() const { return full || modules != 0; }
+  bool has(RecomputeModule m) const { return (modules & m) != 0; }
+  bool operator==(const Recompute&) const = default;
+};
+Recompute parse_recompute(std::string_view text);
+std::string to_string(const Recompute& r);
+
+// How gradients reach the optimizer (megatron-parallel.md 4).
+//  EndOfStep: one all-reduce of the stage's gradients per data-parallel group after the last
+//    backward, on the comm stream, in the activation dtype (what the engine's executor does);
+//  Megatron: DDP buffers in bf16 parameters and fp32 gradients, cut into buckets; all-reduce, or
+//    reduce-scatter + parameter all-gather with the distributed optimizer; buckets launched as they
+//    fill during the last microbatch's backward (overlap_grad_reduce) or after it; parameter
+//    all-gathers before the forward that needs them (overlap_param_gather) or after the
+//    optimizer step; and the optimizer step itself. Collectives run on a stream of their own.
+enum class GradSync : std::uint8_t { EndOfStep, Megatron };
+struct OptimizerConfig {
+  GradSync sync = GradSync::EndOfStep;
+  bool distributed = false;           // --use-distributed-optimizer
+  bool overlap_grad_reduce = false;
+  bool overlap_param_gather = false;  // needs distributed and overlap_grad_reduce
+  double bucket_elements = 0;         // 0 = Megatron's default max(40M, 1M x dp x cp)
+  bool operator==(const OptimizerConfig&) const = default;
+};
+
+// How pipe-less patterns split over pp x vpp stages (megatron-parallel.md 5.1): evenly over the
+// logical layers, with the embedding and/or the loss counted as one layer each when asked.
+struct PipelineSplit {
+  bool account_embedding = false;  // --account-for-embedding-in-pipeline-split
+  bool account_loss = false;       // --account-for-loss-in-pipeline-split
+  bool operator==(const PipelineSplit&) const = default;
+};
+
+// Parallel layout, Megatron's grid (megatron-parallel.md 1). World = tp x cp x dp x pp ranks.
+// Dense layers see the grid tp-cp-dp-pp, rank r has tp = r % tp, cp = (r / tp) % cp,
+// dp = (r / (tp cp)) % dp, pp = r / (tp cp dp). MoE layers fold their own grid over the same
+// ranks, etp x ep x edp = tp x cp x dp: etp = r % etp, ep = (r / etp) % ep,
+// edp = (r / (etp ep)) % edp, pp as above. With tp = cp = etp = 1 this is rank = pp * dp + dp_rank
+// and EP groups are consecutive dp ranks.
 struct ParallelConfig {
   int ep = 1;            // expert-parallel size
   int pp = 1;            // pipeline-parallel size
   int vpp = 0;           // virtual stages per pipeline rank; 0 = not set (no interleaving)
-  int dp = 1;            // data-parallel size per pipeline stage
+  int dp = 1;            // data-parallel size (dense grid; excludes cp)
   int microbatches = 1;  // microbatches per step (per data-parallel rank)
+  int tp = 1;            // tensor-parallel size (with sequence parallelism)
+  int cp = 1;            // context-parallel size
+  int etp = 1;           // expert tensor-parallel size
+  OptimizerConfig optimizer;
+  Recompute recompute;
+  PipelineSplit split;
 
-  int global_ranks() const { return pp * dp; }
+  int global_ranks() const { return tp * cp * dp * pp; }
+  int stage_ranks() const { return tp * cp * dp; }  // ranks of one pipeline stage
+  int edp() const { return stage_ranks() / (ep * etp); }
   int model_chunks() const { return vpp > 0 ? vpp : 1; }
   bool operator==(const ParallelConfig&) const = default;
 };
+
+// Coordinates of one global rank on both grids.
+struct RankCoords {
+  int tp = 0, cp = 0, dp = 0, pp = 0;  // dense grid
+  int etp = 0, ep = 0, edp = 0;        // expert grid (same pp)
+  bool operator==(const RankCoords&) const = default;
+};
+RankCoords rank_coords(const ParallelConfig& c, int rank);
+
+// Process groups, as Megatron builds them; members are global ranks in ascending order.
+enum class Group : std::uint8_t {
+  Tp,    // tensor parallel: TP/SP all-gathers and reduce-scatters
+  Cp,    // context parallel: attention ring, Mamba/GDN head all-to-alls
+  Dp,    // dense gradients: dp x cp ranks (Megatron's dp-cp group)
+  Pp,    // pipeline p2p
+  Ep,    // expert parallel: token all-to-alls
+  Etp,   // expert tensor parallel
+  Edp,   // expert gradients
+};
+std::string_view to_string(Group g);
+std::optional<Group> group_from_string(std::string_view s);
+std::vector<int> group_members(const ParallelConfig& c, int rank, Group g);
 
 // Which schedule to build. Defaults are Megatron's: no overlap, no delayed weight gradients.
 struct ScheduleOptions {

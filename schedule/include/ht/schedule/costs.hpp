@@ -1,16 +1,23 @@
-// Cost model of plan nodes: floating-point operations and memory traffic of every slot, bytes of
-// every transfer, and parameter counts for the gradient all-reduce. Pure closed forms of the
-// model dimensions, so the twin can scale them and the tests can recompute them by hand.
+// Cost model of plan nodes: floating-point operations and memory traffic of every slot, the
+// kernels that do it (kernels.hpp), and bytes of every transfer. Pure closed forms of the model
+// dimensions and the rank's shard of the work, so the twin can scale them and the tests can
+// recompute them by hand. Parameter counts live in params.hpp.
 //
-// Conventions (forward, T = micro_batch * seq_len tokens on one rank):
-//  - a GEMM of T x K by K x N costs 2*T*K*N flops, reads K*N weights and T*K inputs, writes T*N;
-//  - attention core: 4*T*keys*heads*head_dim (scores + values), keys = (seq+1)/2 causal average;
-//    'W' and 'D' attend at most `window` keys, 'C' compresses keys 4x, 'H' 128x;
-//  - Mamba2: in_proj/out_proj GEMMs, conv 2*T*channels*kernel, SSD scan 6*T*d_inner*d_state;
-//  - GDN: in_proj/out_proj GEMMs, conv on q,k,v, delta rule 6*T*heads*head_dim^2;
-//  - MoE: router 2*T*hidden*experts, experts 6*copies*hidden*moe_ffn (SwiGLU), copies = tokens
-//    routed to this rank (T*top_k when balanced), shared expert 6*T*hidden*shared_ffn;
-//  - output layer 2*T*hidden*vocab plus 5*T*vocab for softmax cross-entropy.
+// Conventions (forward; N = micro_batch * seq_len / cp tokens of the rank's sequence shard,
+// T = N / tp the tokens it owns under sequence parallelism):
+//  - a GEMM of N x K by K x N' costs 2*N*K*N' flops, reads K*N' weights and N*K inputs, writes
+//    N*N'; TP-split GEMMs run on the gathered N tokens with N' (column-parallel) or K
+//    (row-parallel) divided by tp; replicated ones (router, MLA down-projections) on T tokens;
+//  - attention core: 4*N*keys*heads*head_dim (scores + values), keys = (seq+1)/2 causal average,
+//    heads / tp per rank; under cp a rank's queries see the whole sequence's keys with the causal
+//    load balancing, i.e. 1/cp of the work; 'W' and 'D' attend at most `window` keys, 'C'
+//    compresses keys 4x, 'H' 128x;
+//  - Mamba2: in_proj/out_proj GEMMs, conv 2*N*channels*kernel, SSD scan 6*N*d_inner*d_state
+//    (per rank / tp);
+//  - GDN: in_proj/out_proj GEMMs, conv on q, k, v, delta rule 6*N*value_heads*dk*dv;
+//  - MoE: router 2*T*hidden*experts, experts 2*X*copies*hidden*moe_ffn (X = 3 gated, 2 not),
+//    copies = tokens routed to this rank (ep*T*top_k*share), shared expert 2*X*N*hidden*shared_ffn/tp;
+//  - output layer 2*N*hidden*vocab/tp plus 5*N*vocab/tp for softmax cross-entropy.
 // Backward: without delayed wgrad 2x forward (input and weight gradients); with it, B carries the
 // input gradients (delayable GEMMs once, everything else twice) and W the delayable GEMMs once.
 #pragma once
@@ -18,10 +25,20 @@
 #include <vector>
 
 #include "ht/schedule/config.hpp"
+#include "ht/schedule/kernels.hpp"
 #include "ht/schedule/layer_shape.hpp"
 #include "ht/schedule/plan.hpp"
 
 namespace ht::schedule {
+
+// A rank's share of the work under the layout (megatron-parallel.md 2.3, 3.1, 9.2).
+struct Shard {
+  int tp = 1;   // TP-split blocks divide heads and GEMM columns; SP divides the owned tokens
+  int cp = 1;   // a rank holds seq_len / cp tokens of every sequence
+  int etp = 1;  // expert tensor parallelism: expert columns / etp, received rows x etp
+  bool operator==(const Shard&) const = default;
+};
+Shard shard_of(const ParallelConfig& config);
 
 // Forward work of one slot, before it is split into F, B and W nodes.
 struct SlotWork {
@@ -29,6 +46,7 @@ struct SlotWork {
   double other_flops = 0;        // everything else (attention core, scans, router, output layer)
   double weight_bytes = 0;       // parameters read
   double activation_bytes = 0;   // activations read and written
+  std::vector<Kernel> kernels;   // what runs (forward), for the twin's kernel cost model
   SlotWork& operator+=(const SlotWork& o);
   bool operator==(const SlotWork&) const = default;
 };
@@ -39,42 +57,51 @@ struct NodeCost {
   bool operator==(const NodeCost&) const = default;
 };
 
-// Cost of one phase of a slot (see the backward convention above).
+// Cost of one phase of a slot (see the backward convention above; Recompute is the forward).
 NodeCost phase_cost(const SlotWork& work, Phase phase, bool delay_wgrad);
 
+// Tokens a rank holds: of its sequence shard (N) and under sequence parallelism (T = N / tp).
+double shard_tokens(const ModelDims& dims, const Shard& shard);
+double owned_tokens(const ModelDims& dims, const Shard& shard);
+
 // Forward work of one layer symbol ('-' is the dense MLP; 'E' is not a symbol here: see below).
-SlotWork symbol_work(char symbol, const ModelDims& dims);
-// Pre-MLP norm, router and shared expert of an 'E' terminal (runs in pre_dispatch).
-SlotWork moe_preprocess_work(const ModelDims& dims);
+SlotWork symbol_work(char symbol, const ModelDims& dims, const Shard& shard = {});
+// Pre-MLP norm, router and shared expert of an 'E' terminal (runs in pre_dispatch): the sum of
+// the two blocks below.
+SlotWork moe_preprocess_work(const ModelDims& dims, const Shard& shard = {});
+SlotWork moe_router_work(const ModelDims& dims, const Shard& shard = {});   // norm + router (T tokens)
+SlotWork shared_expert_work(const ModelDims& dims, const Shard& shard = {}); // TP-split MLP
 // Routed experts: `copies` token copies landed on this rank, which holds `local_experts`.
-SlotWork expert_work(const ModelDims& dims, double copies, int local_experts);
+SlotWork expert_work(const ModelDims& dims, double copies, int local_experts, const Shard& shard = {});
 // MTP embedding + eh_proj (pre_dispatch) and final norm (mtp_post).
-SlotWork mtp_pre_work(const ModelDims& dims);
-SlotWork mtp_post_work(const ModelDims& dims);
-SlotWork embedding_work(const ModelDims& dims);
-SlotWork output_work(const ModelDims& dims);  // final norm + output layer + loss
+SlotWork mtp_pre_work(const ModelDims& dims, const Shard& shard = {});
+SlotWork mtp_post_work(const ModelDims& dims, const Shard& shard = {});
+SlotWork embedding_work(const ModelDims& dims, const Shard& shard = {});
+SlotWork output_work(const ModelDims& dims, const Shard& shard = {});  // final norm + output + loss
 
 // Work of a compute slot of a layer plan on EP rank `ep_rank` (routing skew moves expert load).
 SlotWork slot_work(const LayerShape& shape, Slot slot, const ModelDims& dims, int ep, int ep_rank,
-                   double routing_skew);
+                   double routing_skew, const Shard& shard = {});
 
 // Share of every rank's routed tokens that goes to EP rank d: (d+1)^-s / sum_j (j+1)^-s.
 std::vector<double> routing_shares(int ep, double routing_skew);
 // Routed payload of one rank per layer and microbatch: T * top_k * hidden * bytes.
-double routed_payload_bytes(const ModelDims& dims);
-// Token copies processed by the experts of EP rank `ep_rank`: ep * T * top_k * share[ep_rank].
-double routed_copies(const ModelDims& dims, int ep, int ep_rank, double routing_skew);
+double routed_payload_bytes(const ModelDims& dims, const Shard& shard = {});
+// Token copies processed by the experts of EP rank `ep_rank`: ep * T * top_k * share[ep_rank]
+// (times etp: expert tensor parallelism gathers the rows of its etp peers).
+double routed_copies(const ModelDims& dims, int ep, int ep_rank, double routing_skew,
+                     const Shard& shard = {});
 // Bytes EP rank `from` sends to EP rank `to` (from != to) in a dispatch or combine node.
 // Dispatch forward and combine backward move tokens from their owner to the experts
 // (payload * share[to]); combine forward and dispatch backward move them back (payload *
 // share[from]).
 double a2a_bytes(const ModelDims& dims, int ep, double routing_skew, Slot slot, Phase phase,
-                 int from, int to);
-// Activation (forward) or activation-gradient (backward) bytes between pipeline stages.
-double pipe_bytes(const ModelDims& dims);
+                 int from, int to, const Shard& shard = {});
+// Activation (forward) or activation-gradient (backward) bytes between pipeline stages: the
+// owned tokens' hidden states (T x hidden).
+double pipe_bytes(const ModelDims& dims, const Shard& shard = {});
 
-// Parameter counts (elements). Non-expert parameters are all-reduced over data parallelism;
-// expert parameters live on their EP rank.
+// Legacy parameter counts (elements) of the end-of-step all-reduce; params.hpp has the full model.
 double non_expert_params(char symbol, const ModelDims& dims);
 double expert_params_per_expert(const ModelDims& dims);
 double embedding_params(const ModelDims& dims);

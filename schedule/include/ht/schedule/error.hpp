@@ -16,6 +16,7 @@ enum class ErrorCode {
   O7_OverlapConfig,          // overlap prerequisites: ep > 1, vpp with pp > 1, MTP depth <= 1
   O8_MtpInnerNotMoe,         // MTP inner layer is not MoE under overlap
   O10_DelayWgradNeedsOverlap,// delayed weight gradients without the overlap schedule
+  DelayWgradLayer,           // delayed weight gradients with a layer type that cannot defer them
   BadConfig,                 // a parallel or schedule setting out of range
   BadModel,                  // model dimensions out of range or a malformed model file
   BadPlan,                   // a malformed, inconsistent or unsupported plan file

@@ -29,11 +29,18 @@
 #include <string_view>
 #include <vector>
 
+#include "ht/schedule/config.hpp"
+#include "ht/schedule/kernels.hpp"
+
 namespace ht::schedule {
 
-inline constexpr int kPlanFormatVersion = 1;
+inline constexpr int kPlanFormatVersion = 2;  // 1: no tp/cp/etp, parts, groups or works
 
-enum class Stream : std::uint8_t { Compute, Comm };
+// Compute: kernels, and the collectives Megatron runs in line with them (TP/SP all-gathers and
+// reduce-scatters, context-parallel all-to-alls); Comm: the EP all-to-alls and pipeline p2p;
+// Dp: the data-parallel gradient reductions and parameter all-gathers of Megatron's DDP (their
+// own NCCL stream). Plans with the end-of-step all-reduce (GradSync::EndOfStep) keep it on Comm.
+enum class Stream : std::uint8_t { Compute, Comm, Dp };
 
 enum class Slot : std::uint8_t {
   PreProcess,     // embedding (first pipeline stage)
@@ -45,26 +52,44 @@ enum class Slot : std::uint8_t {
   PostProcess,    // final norm + output layer + loss (last pipeline stage)
   PipeSend,       // pipeline p2p send of activations (forward) or gradients (backward)
   PipeRecv,       // pipeline p2p receive
-  GradAllReduce,  // data-parallel all-reduce of non-expert gradients (end of step)
+  GradAllReduce,  // data-parallel gradient reduction: all-reduce, or reduce-scatter under the
+                  // distributed optimizer (one node per bucket with Megatron's gradient sync)
+  ParamGather,    // distributed optimizer: all-gather of updated bf16 parameters (one per bucket)
+  OptimizerStep,  // the optimizer update of this rank's parameters (or shard of them)
 };
 
 enum class Phase : std::uint8_t {
   Forward,
   Backward,  // input gradients (and weight gradients when they are not delayed)
   Weight,    // delayed weight gradients, owned by the slot that ran the forward
+  Recompute, // activation recomputation: forward work replayed right before the backward needing it
 };
 
-enum class CollectiveKind : std::uint8_t { AllToAll, PointToPoint, AllReduce };
+// What a node does within its slot. Main is the slot's own work; the others are the tensor-,
+// context- and expert-tensor-parallel collectives around a block of the slot (the block's
+// symbol is in Node::symbols).
+enum class Part : std::uint8_t {
+  Main,
+  TpGather,    // TP/SP all-gather of a block's input (forward) or output gradient (backward)
+  TpScatter,   // TP/SP reduce-scatter of a block's output (forward) or input gradient (backward)
+  CpExchange,  // context parallelism: Mamba/GDN head-parallel all-to-all
+  EtpGather,   // expert tensor parallelism: all-gather of dispatched rows
+  EtpScatter,  // expert tensor parallelism: reduce-scatter of expert outputs
+};
+
+enum class CollectiveKind : std::uint8_t { AllToAll, PointToPoint, AllReduce, AllGather, ReduceScatter };
 
 std::string_view to_string(Stream s);
 std::string_view to_string(Slot s);
 std::string_view to_string(Phase p);
 std::string_view to_string(CollectiveKind k);
+std::string_view to_string(Part p);
 // Inverses of to_string (used when reading plan JSON); nullopt for an unknown name.
 std::optional<Stream> stream_from_string(std::string_view s);
 std::optional<Slot> slot_from_string(std::string_view s);
 std::optional<Phase> phase_from_string(std::string_view s);
 std::optional<CollectiveKind> collective_kind_from_string(std::string_view s);
+std::optional<Part> part_from_string(std::string_view s);
 
 // Bytes one node sends to one peer (global rank).
 struct Transfer {
@@ -79,6 +104,7 @@ struct Node {
   Stream stream = Stream::Compute;
   Slot slot = Slot::PreDispatch;
   Phase phase = Phase::Forward;
+  Part part = Part::Main;
   int microbatch = -1;    // -1 for step-level nodes (gradient all-reduce)
   int vp_stage = 0;       // model chunk on this rank
   int layer = -1;         // global logical layer index; -1 for pre/post-process and comm-only
@@ -88,9 +114,10 @@ struct Node {
   double mem_bytes = 0;   // device memory traffic
   std::vector<Transfer> sends;  // comm nodes: bytes to each peer
   int collective = -1;    // index into Plan::collectives, or -1
+  int work = -1;          // index into Plan::works (the kernels of a compute node), or -1
   std::vector<int> deps;  // node ids that must finish first (besides stream order)
 
-  // Stable human-readable label, e.g. "F mb3 L5 dispatch".
+  // Stable human-readable label, e.g. "F mb3 L5 dispatch", "B mb0 L2 pre_dispatch M tp_gather".
   std::string label() const;
   bool operator==(const Node&) const = default;
 };
@@ -98,6 +125,7 @@ struct Node {
 struct Collective {
   int id = 0;
   CollectiveKind kind = CollectiveKind::AllToAll;
+  Group group = Group::Ep;  // the process group it runs in (config.hpp)
   std::vector<int> nodes;  // one node per participating rank
   bool operator==(const Collective&) const = default;
 };
@@ -106,7 +134,9 @@ struct RankPlan {
   int rank = 0;
   int pp_rank = 0;
   int ep_rank = 0;             // index inside its EP group
-  int dp_rank = 0;             // index inside its data-parallel group (EP groups are DP subsets)
+  int dp_rank = 0;             // data-parallel coordinate (dense grid)
+  int tp_rank = 0;             // tensor-parallel coordinate
+  int cp_rank = 0;             // context-parallel coordinate
   std::vector<int> issue;      // all node ids of this rank in host issue order
   bool operator==(const RankPlan&) const = default;
 };
@@ -116,8 +146,12 @@ struct Plan {
   std::string schedule;        // "sequential" | "combined_1f1b" | "interleaved_1f1b"
   std::string pattern;         // full pattern text
   int pp = 1, vpp = 1, ep = 1, dp = 1, microbatches = 1;
+  int tp = 1, cp = 1, etp = 1;
+  std::vector<Work> works;     // kernel lists of compute nodes (Node::work), shared by many nodes
   bool overlap = false;
   bool delay_wgrad = false;
+  bool account_embedding = false;  // the pipeline split counted the embedding as a layer
+  bool account_loss = false;       // ... and the loss
   std::vector<Node> nodes;
   std::vector<Collective> collectives;
   std::vector<RankPlan> ranks;

@@ -3,7 +3,12 @@
 // it). Two sources, in this order of preference:
 //   1. a measured-duration table (from --costs JSON, later fitted by calibration), keyed by
 //      "slot/phase/symbols", "slot/phase" or "slot" (first match wins), e.g. "mlp/backward/E";
-//   2. an analytic roofline: max(flops / (peak * eff), mem_bytes / (hbm * eff)) + launch overhead.
+//   2. the node's kernels (schedule::Work) timed from their shapes: GEMMs by tile and wave
+//      quantisation on the GPU's SMs, flash attention at FlashAttention-3's measured efficiency for
+//      its sequence length and head size, recurrences and elementwise work by FLOPs or memory
+//      traffic (kernel_time.cpp), plus the launch overhead;
+//   3. for nodes without kernels (version-1 plan files): a roofline,
+//      max(flops / (peak * eff), mem_bytes / (hbm * eff)) + launch overhead.
 //
 // A measured run adds what the plan cannot know (calibrate.hpp): how much of the table entry
 // scales with the rows a node processes (the experts' share of the routed tokens), and, per node
@@ -11,11 +16,19 @@
 // data and EP size routes the same tokens (the math is bitwise the same under every schedule), so
 // the twin replays another schedule of it with the measured routing; other plans get the means.
 //
+// Delayed wgrad. A backward entry also records the planned FLOPs of the nodes it was measured on
+// ("flops"); a backward or W node is priced at the entry times its own planned FLOPs over those.
+// So a backward measured without delayed wgrad (input and weight gradients together) prices a
+// delayed plan's B node and its W node by their shares of it (costs.hpp: B the input-gradient
+// work, W the weight-gradient GEMMs; B + W = the fused backward), and a W node without an entry
+// of its own takes the slot's backward entry.
+//
 // JSON form (every field optional):
 //   { "launch_overhead_us": 4, "comm_launch_us": 0, "interference_factor": 1.15, "wake_latency_us": 90,
 //     "durations_us": { "mlp/backward/E": 850.5, "pre_dispatch/forward": 310, "post_process": 90 },
 //     "comm_work_us": { "combine/forward": { "before": 90, "after": 520 }, "dispatch/backward": 130 },
 //     "rows_us": { "mlp/backward/E": { "per_row_us": 2.1, "mean_rows": 405 } },
+//     "flops": { "mlp/backward/E": 4.1e9 },
 //     "instances": { "3/F mb2 L1 mlp": { "rows": 412 },
 //                    "3/F mb2 L1 dispatch": { "sent_bytes": { "0": 65536, "1": 0, "2": 131072 } } } }
 // Slot and phase names are schedule::to_string(Slot) / to_string(Phase); an instance is
@@ -27,6 +40,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ht/schedule/kernels.hpp"
 #include "ht/schedule/plan.hpp"
 #include "ht/sim/platform.hpp"
 
@@ -69,11 +83,14 @@ struct CostModel {
   double wake_latency_s = 0;
   std::map<std::string, double, std::less<>> measured_s;  // key -> seconds (table above)
   std::map<std::string, RowScaling, std::less<>> row_scaling;      // same keys as measured_s
+  std::map<std::string, double, std::less<>> measured_flops;       // backward/weight keys: planned FLOPs measured
   std::map<std::string, MeasuredInstance, std::less<>> instances;  // instance_key -> measured
   bool operator==(const CostModel&) const = default;
 
-  // Seconds of a compute node on `gpu` (table first, scaled by its measured rows, else roofline).
-  double compute_seconds(const schedule::Node& node, const GpuSpec& gpu) const;
+  // Seconds of a compute node on `gpu`: table first (scaled by its measured rows), else its
+  // kernels (`work`, with the plan's delayed-wgrad setting), else the roofline.
+  double compute_seconds(const schedule::Node& node, const GpuSpec& gpu, const schedule::Work* work = nullptr,
+                         bool delay_wgrad = false) const;
   // The table entry used for `node`, or nullptr when the roofline applies.
   const double* measured_for(const schedule::Node& node) const;
   // comm_work_s of a comm node (zeros when the table has no entry for its slot/phase).
@@ -82,6 +99,15 @@ struct CostModel {
   const MeasuredInstance* instance_for(const schedule::Node& node) const;
   static std::string instance_key(const schedule::Node& node);  // "<rank>/<label>"
 };
+
+// The kernel model (kernel_time.cpp). GEMM: the fastest of cuBLAS' tiles, waves of tiles over the
+// SMs, each tile 2 tm tn (k + tile_overhead) FLOPs at gemm_efficiency of the per-SM peak, never
+// faster than its bytes over HBM. Attention efficiency: FlashAttention-3's figures by sequence
+// length (causal forward; backward = full backward x causal/full forward), scaled by head size.
+double gemm_seconds(double m, double n, double k, double groups, double bytes, const GpuSpec& gpu);
+double attention_efficiency(double seq, double head_dim, bool backward, const GpuSpec& gpu);
+double kernel_seconds(const schedule::Kernel& kernel, schedule::Phase phase, bool delay_wgrad, const GpuSpec& gpu);
+double work_seconds(const schedule::Work& work, schedule::Phase phase, bool delay_wgrad, const GpuSpec& gpu);
 
 // Parses the JSON form; throws SimError(BadCosts) with the offending field.
 CostModel parse_costs_json(std::string_view json_text, CostModel base = {});

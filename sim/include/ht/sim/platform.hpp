@@ -9,7 +9,12 @@
 //   ib_gbps            NIC line rate per GPU and direction in Gb/s (bits; NDR: 400)
 //   *_latency_us       end-to-end latency of one transfer (GPU to GPU) in microseconds
 //   *_efficiency       achievable fraction of the nominal figure (0 < e <= 1)
-//   peak_tflops        dense bf16 peak in TFLOP/s;  hbm_tbps  HBM bandwidth in TB/s
+//   peak_tflops        dense bf16 peak in TFLOP/s;  hbm_tbps  HBM bandwidth in TB/s;  hbm_gb  HBM size
+//   sms                streaming multiprocessors (GEMM wave quantisation)
+//   gemm_efficiency    fraction of the per-SM peak a full GEMM tile's main loop reaches
+//   gemm_tile_overhead_k  per-tile prologue/epilogue cost in K elements (small K runs below peak)
+//   attention_scale    the flash-attention efficiency curve's scale (1 = FlashAttention-3 on Hopper)
+//   scan_efficiency    fraction of peak the recurrences' (Mamba2 SSD, GDN) chunked kernels reach
 //   oversubscription   fat-tree leaf oversubscription (1 = full bisection)
 //   nodes, gpus_per_node  cluster size; nodes = 0 means "as many as the plan needs"
 //   nvlink_ingress     1: a GPU's NVLink port caps what it receives as well as what it sends;
@@ -28,6 +33,21 @@
 // (global rank k runs on host "gpuk"); host speeds and links are used as written, so write them
 // for the CM02 model (no TCP corrections). The GPU roofline still comes from the spec (dgx-h100
 // defaults plus any key=value overrides after the file name).
+//
+// Presets and where their figures come from (docs/twin.md lists the quotes):
+//   dgx-h100     8 x H100 SXM: 989 TFLOP/s dense BF16, 132 SMs, 80 GB HBM3 at 3.35 TB/s, NVLink 4
+//                450 GB/s per direction, one ConnectX-7 400 Gb/s NIC per GPU (NVIDIA datasheet,
+//                DGX BasePOD reference architecture)
+//   dgx-h200     the same with 141 GB HBM3e at 4.8 TB/s (MLPerf H200-SXM-141GBx8 system file)
+//   dgx-b200     8 x B200: 2250 TFLOP/s, 148 SMs, 180 GB at 8 TB/s, NVLink 5 900 GB/s per
+//                direction, CX-7 400 Gb/s per GPU (DGX B200 user guide and datasheet)
+//   gb200-nvl72  one NVLink domain of 72 GB200 GPUs: 2500 TFLOP/s, 152 SMs, 186 GB at 8 TB/s,
+//                NVLink 5 900 GB/s per direction; racks joined by NDR InfiniBand, one CX-7
+//                400 Gb/s per GPU (GB200 NVL72 product page, DGX GB200 user guide)
+// Efficiencies: NVLink 0.82 (NCCL's maintainers: 370 of 450 GB/s busbw on H100), NIC 0.94 (46-48
+// of 50 GB/s per NDR NIC, nccl-tests issues), HBM 0.80 (weight-streaming GEMMs in DeepGEMM's
+// table), GEMM tiles 0.85 on Hopper (cuBLAS' best-shape 80.3 % of peak with 128 tiles on 132 SMs),
+// 0.80 / 0.75 on B200 / GB200 (their measured best-shape 77.6 % / 72.9 %).
 #pragma once
 
 #include <cstdint>
@@ -39,9 +59,15 @@ namespace ht::sim {
 
 struct GpuSpec {
   double peak_flops = 989e12;        // dense bf16 FLOP/s
-  double flops_efficiency = 0.6;     // achieved fraction of peak on large GEMM-bound kernels
+  double flops_efficiency = 0.6;     // roofline of nodes without kernel lists (version-1 plans)
   double hbm_bytes_per_s = 3.35e12;  // HBM bandwidth
   double hbm_efficiency = 0.8;       // achieved fraction of HBM bandwidth on streaming kernels
+  double hbm_bytes = 80e9;           // HBM capacity
+  int sms = 132;                     // streaming multiprocessors
+  double gemm_efficiency = 0.85;     // full-tile main-loop fraction of the per-SM peak
+  double gemm_tile_overhead_k = 384; // per-tile prologue/epilogue, in K elements
+  double attention_scale = 1.0;      // scale of the flash-attention efficiency curve
+  double scan_efficiency = 0.35;     // chunked recurrence kernels (placeholder: no published figure)
   bool operator==(const GpuSpec&) const = default;
 };
 
@@ -52,11 +78,11 @@ struct PlatformSpec {
   int gpus_per_node = 8;
   // Intra-node: every GPU has a full-duplex NVLink port into the NVSwitch.
   double nvlink_bytes_per_s = 450e9;
-  double nvlink_efficiency = 0.8;  // NCCL all-to-all busbw ~360 of 450 GB/s (simulators.md s.4)
+  double nvlink_efficiency = 0.82;  // NCCL busbw 370 of 450 GB/s (nccl-tests issue 212)
   double nvlink_latency_s = 2e-6;
   // Inter-node: one NIC per GPU into a fat-tree; oversubscription divides the leaf uplinks.
   double nic_bytes_per_s = 50e9;  // 400 Gb/s
-  double nic_efficiency = 0.9;
+  double nic_efficiency = 0.94;  // 47 of 50 GB/s per NDR NIC (nccl-tests issues 267, 290)
   double nic_latency_s = 5e-6;
   double oversubscription = 1.0;
   bool nvlink_ingress = true;

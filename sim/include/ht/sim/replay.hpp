@@ -75,8 +75,14 @@ struct ReplayOptions {
 //  a2a_exposed_s        the part of a2a_total_s during which the compute stream is idle
 //  a2a_hidden_fraction  1 - exposed / total (1 when there is no all-to-all, as traces::hidden_fraction)
 //  bubble_fraction      1 - compute_busy_s / step_time_s: the share of GPU time the compute
-//                       stream idles -- pipeline fill/drain plus exposed communication. For a
-//                       1F1B pipeline without communication it is (PP-1)/(m+PP-1).
+//                       stream does no compute -- pipeline fill/drain, exposed communication and
+//                       the TP/CP collectives it runs in line. For a 1F1B pipeline without
+//                       communication it is (PP-1)/(m+PP-1).
+//  tp_comm_s, cp_comm_s TP/SP all-gathers and reduce-scatters, context-parallel all-to-alls: run
+//                       on the compute stream, so always exposed (compute_busy_s excludes them)
+//  dp_comm_s            the dp stream's gradient reductions and parameter all-gathers (Megatron's
+//                       DDP); dp_exposed_s the part of it during which the compute stream is idle
+//  optimizer_s          the optimizer step
 struct Summary {
   double step_time_s = 0;
   double compute_busy_s = 0;
@@ -85,7 +91,12 @@ struct Summary {
   double a2a_exposed_s = 0;
   double a2a_hidden_fraction = 0;
   double p2p_total_s = 0;         // pipeline sends/receives on the comm stream
-  double allreduce_s = 0;         // gradient all-reduce
+  double allreduce_s = 0;         // gradient all-reduce (end-of-step, on the comm stream)
+  double tp_comm_s = 0;
+  double cp_comm_s = 0;
+  double dp_comm_s = 0;
+  double dp_exposed_s = 0;
+  double optimizer_s = 0;
   double bubble_fraction = 0;
   int gpus = 0;
   std::int64_t activities = 0;    // SimGrid executions and flows started

@@ -14,5 +14,8 @@ void check_engine_matches_model(const Case& c, const engine::exec::ExecutorOptio
 // Combined 1F1B (EP >= 2) against the sequential plan: losses and gradients bitwise equal, and
 // non-expert gradients identical on every rank after the all-reduce.
 void check_engine_overlap_vs_sequential(const Case& c, const engine::exec::ExecutorOptions& under_test);
+// Combined 1F1B with delayed wgrad (the run under test) against the same plan without: losses and
+// gradients bitwise equal.
+void check_engine_delay_wgrad(const Case& c, const engine::exec::ExecutorOptions& under_test);
 
 }  // namespace ht::verify

@@ -12,6 +12,7 @@
 
 #include <string>
 
+#include "ht/engine/layers/wgrad.hpp"
 #include "ht/engine/tensor.hpp"
 
 namespace ht::engine::cpu {
@@ -28,9 +29,14 @@ void matmul(T* out, const T* a, const T* b, int m, int n, int k, bool trans_a = 
 template <class T>
 void linear_forward(T* y, const T* x, const T* weight, const T* bias, int n, int c, int oc);
 // Backward of linear_forward; every output accumulates (+=). Any of dx, dweight, dbias may be
-// nullptr when that gradient is not wanted.
+// nullptr when that gradient is not wanted. With `defer_weight` the weight gradient is not
+// computed here but handed to the sink (layers/wgrad.hpp), which runs the same GEMM later.
 template <class T>
 void linear_backward(T* dx, T* dweight, T* dbias, const T* dy, const T* x, const T* weight, int n,
-                     int c, int oc);
+                     int c, int oc, WgradSink<T>* defer_weight = nullptr);
+
+// 2 m n k summed over every matmul the calling thread has run: a counter (not a clock) that
+// tests and benchmarks read around a piece of work to see how much GEMM work it did.
+double gemm_flops();
 
 }  // namespace ht::engine::cpu

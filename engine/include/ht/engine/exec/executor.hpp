@@ -14,10 +14,13 @@
 // head (post_process, with the shared output layer) and the next depth. Hybrid MTP never runs
 // overlapped (rule O3).
 //
-// Weight gradients: every backward computes its parameter gradients into a per-(layer,
-// microbatch) staging buffer; the slot's weight-gradient step adds the staging buffer into the
-// parameter gradient. Without delayed wgrad that step directly follows the backward; with it, it
-// runs in the plan's W node. Both orders therefore produce the same bits.
+// Weight gradients: parameter gradients are computed into a per-(layer, microbatch) staging
+// buffer, which the slot's weight-gradient step adds into the parameter gradient. Without delayed
+// wgrad the backward computes them all and that step follows it at once. With delayed wgrad the
+// backward computes the input gradients and the recurrence-born parameter gradients (norm weights,
+// conv, dt_bias, A_log, D, the router) and saves the operands of every linear map's weight GEMM;
+// the plan's W node runs those GEMMs into the same buffers and then adds them (weight_steps.hpp).
+// The same calls on the same values in the same order: both produce the same bits.
 //
 // Pipeline parallelism: global rank = pp_rank * dp + dp_rank (the plan's numbering). A rank holds
 // only its stage's layers (all its model chunks with VPP), plus the embedding on stage 0 and the
@@ -37,6 +40,7 @@
 #include <vector>
 
 #include "ht/engine/config.hpp"
+#include "ht/engine/exec/weight_steps.hpp"
 #include "ht/engine/model.hpp"
 #include "ht/engine/optimizer.hpp"
 #include "ht/engine/runtime/link_model.hpp"
@@ -56,6 +60,9 @@ struct ExecutorOptions {
   // Test-only: a parked MTP hidden state (h_final, or a depth's output) drops the gradient of
   // the depth that read it, keeping only its head's.
   bool test_drop_mtp_grad = false;
+  // Test-only: each rank's first W node runs twice, never, or before its backward
+  // (weight_steps.hpp). The step must fail naming the node.
+  WeightFault test_weight_fault = WeightFault::None;
 };
 
 struct StepResult {
@@ -67,6 +74,11 @@ struct StepResult {
   double total = 0;  // sum over ranks and microbatches
   traces::Timeline timeline;
 };
+
+// The share of a step's backward GEMM work that its W nodes ran: the W spans' "gemm_flops" over
+// the B and W spans' (both executors record every node's GEMM FLOPs on its span). 0 without W
+// nodes; a counter, not a clock.
+double weight_gemm_share(const traces::Timeline& timeline);
 
 // Checks one step's batches, batches[rank][microbatch]: `ranks` x `microbatches` of them, tokens
 // and targets both (B, T) with ids in [0, vocab). Returns the step's token count; throws

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "ht/engine/config.hpp"
+#include "ht/engine/layers/wgrad.hpp"
 #include "ht/engine/rng.hpp"
 #include "ht/engine/tensor.hpp"
 
@@ -40,11 +41,11 @@ void attention_init(AttentionParams<T>& p, const ModelConfig& cfg, Rng& rng);
 template <class T>
 void attention_forward(const ModelConfig& cfg, const AttentionParams<T>& p, const Tensor<T>& inp,
                        Tensor<T>& out, AttentionCache<T>& cache, int window);
-// dinp and grads accumulate (+=).
+// dinp and grads accumulate (+=); with `wgrad` the GEMMs of qkv and proj go to the sink.
 template <class T>
 void attention_backward(const ModelConfig& cfg, const AttentionParams<T>& p,
                         const AttentionCache<T>& cache, const Tensor<T>& inp,
                         const Tensor<T>& dout, Tensor<T>& dinp, AttentionParams<T>& grads,
-                        int window);
+                        int window, WgradSink<T>* wgrad = nullptr);
 
 }  // namespace ht::engine

@@ -23,6 +23,7 @@
 #include <cstddef>
 
 #include "ht/engine/config.hpp"
+#include "ht/engine/layers/wgrad.hpp"
 #include "ht/engine/rng.hpp"
 #include "ht/engine/tensor.hpp"
 
@@ -89,10 +90,11 @@ void gdn_init(GdnParams<T>& p, const ModelConfig& cfg, Rng& rng);
 template <class T>
 void gdn_forward(const ModelConfig& cfg, const GdnParams<T>& p, const Tensor<T>& inp,
                  Tensor<T>& out, GdnCache<T>& cache);
-// dinp and grads accumulate (+=).
+// dinp and grads accumulate (+=). With `wgrad` the weight GEMMs of in_proj and out_proj go to
+// the sink; the recurrence-born gradients (conv1d, dt_bias, A_log, out_norm) are computed here.
 template <class T>
 void gdn_backward(const ModelConfig& cfg, const GdnParams<T>& p, const GdnCache<T>& cache,
                   const Tensor<T>& inp, const Tensor<T>& dout, Tensor<T>& dinp,
-                  GdnParams<T>& grads);
+                  GdnParams<T>& grads, WgradSink<T>* wgrad = nullptr);
 
 }  // namespace ht::engine

@@ -21,6 +21,7 @@
 #include <cstddef>
 
 #include "ht/engine/config.hpp"
+#include "ht/engine/layers/wgrad.hpp"
 #include "ht/engine/rng.hpp"
 #include "ht/engine/tensor.hpp"
 
@@ -88,10 +89,12 @@ void mamba2_init(Mamba2Params<T>& p, const ModelConfig& cfg, Rng& rng);
 template <class T>
 void mamba2_forward(const ModelConfig& cfg, const Mamba2Params<T>& p, const Tensor<T>& inp,
                     Tensor<T>& out, Mamba2Cache<T>& cache);
-// dinp and grads accumulate (+=).
+// dinp and grads accumulate (+=). With `wgrad` the weight GEMMs of in_proj and out_proj go to
+// the sink; the recurrence-born gradients (conv1d weight and bias, dt_bias, A_log, D, the gated
+// norm) are computed here.
 template <class T>
 void mamba2_backward(const ModelConfig& cfg, const Mamba2Params<T>& p, const Mamba2Cache<T>& cache,
                      const Tensor<T>& inp, const Tensor<T>& dout, Tensor<T>& dinp,
-                     Mamba2Params<T>& grads);
+                     Mamba2Params<T>& grads, WgradSink<T>* wgrad = nullptr);
 
 }  // namespace ht::engine

@@ -22,6 +22,7 @@
 #include <cstddef>
 
 #include "ht/engine/config.hpp"
+#include "ht/engine/layers/wgrad.hpp"
 #include "ht/engine/rng.hpp"
 #include "ht/engine/tensor.hpp"
 
@@ -92,10 +93,11 @@ void mla_init(MlaParams<T>& p, const ModelConfig& cfg, Rng& rng);
 template <class T>
 void mla_forward(const ModelConfig& cfg, const MlaParams<T>& p, const Tensor<T>& inp,
                  Tensor<T>& out, MlaCache<T>& cache);
-// dinp and grads accumulate (+=).
+// dinp and grads accumulate (+=). With `wgrad` the weight GEMMs of the projections (q or
+// q_down/q_up, kv_down, kv_up, proj) go to the sink; the latent norms are computed here.
 template <class T>
 void mla_backward(const ModelConfig& cfg, const MlaParams<T>& p, const MlaCache<T>& cache,
                   const Tensor<T>& inp, const Tensor<T>& dout, Tensor<T>& dinp,
-                  MlaParams<T>& grads);
+                  MlaParams<T>& grads, WgradSink<T>* wgrad = nullptr);
 
 }  // namespace ht::engine

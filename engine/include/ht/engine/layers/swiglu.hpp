@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ht/engine/config.hpp"
+#include "ht/engine/layers/wgrad.hpp"
 #include "ht/engine/rng.hpp"
 #include "ht/engine/tensor.hpp"
 
@@ -35,10 +36,12 @@ void swiglu_init(SwiGLUWeights<T>& w, int c, int f, T std, Rng& rng);
 // y (n, C) is overwritten.
 template <class T>
 void swiglu_forward(T* y, SwiGLUCache<T>& cache, const T* x, int n, const SwiGLUWeights<T>& w);
-// dx (n, C) and the weight grads accumulate.
+// dx (n, C) and the weight grads accumulate; with `wgrad` the fc2 and fc1 weight GEMMs go to the
+// sink (in that order).
 template <class T>
 void swiglu_backward(T* dx, SwiGLUWeights<T>& grads, const T* dy, const T* x, int n,
-                     const SwiGLUWeights<T>& w, const SwiGLUCache<T>& cache);
+                     const SwiGLUWeights<T>& w, const SwiGLUCache<T>& cache,
+                     WgradSink<T>* wgrad = nullptr);
 
 // The dense '-' layer branch (the model owns "mlp.linear_fc1.layer_norm_weight" and the residual).
 // inp, out (B, T, C).
@@ -61,6 +64,7 @@ void mlp_forward(const ModelConfig& cfg, const MlpParams<T>& p, const Tensor<T>&
                  Tensor<T>& out, MlpCache<T>& cache);
 template <class T>
 void mlp_backward(const ModelConfig& cfg, const MlpParams<T>& p, const MlpCache<T>& cache,
-                  const Tensor<T>& inp, const Tensor<T>& dout, Tensor<T>& dinp, MlpParams<T>& grads);
+                  const Tensor<T>& inp, const Tensor<T>& dout, Tensor<T>& dinp, MlpParams<T>& grads,
+                  WgradSink<T>* wgrad = nullptr);
 
 }  // namespace ht::engine

@@ -50,6 +50,9 @@ struct DeviceExecutorOptions {
   // Test-only fault injection: the combine's backward does not pass the gradient to the MoE
   // residual (as exec::ExecutorOptions::test_drop_residual_grad). Equivalence checks must catch it.
   bool test_drop_residual_grad = false;
+  // Test-only: each rank's first W node runs twice, never, or before its backward
+  // (exec/weight_steps.hpp, as exec::ExecutorOptions::test_weight_fault). The step must fail.
+  exec::WeightFault test_weight_fault = exec::WeightFault::None;
   // The processes that share the ranks (process_group.hpp; not owned): each runs a contiguous block
   // of them. None: every rank runs in this process.
   ProcessGroup* group = nullptr;

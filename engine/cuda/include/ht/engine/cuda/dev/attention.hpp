@@ -12,6 +12,7 @@
 
 #include "ht/engine/config.hpp"
 #include "ht/engine/cuda/dev/host.hpp"
+#include "ht/engine/cuda/dev/wgrad.hpp"
 #include "ht/engine/math.hpp"
 
 namespace ht::engine::dev {
@@ -175,7 +176,8 @@ void attention_forward(const ModelConfig& cfg, const AttnW<T>& w, const T* inp, 
 // dinp and the weight gradients accumulate.
 template <class D, class T>
 void attention_backward(const ModelConfig& cfg, const AttnW<T>& w, const AttnCacheD<D, T>& cache, const T* inp,
-                        const T* dout, T* dinp, const AttnGrad<T>& grads, int b, int t, int c, int window) {
+                        const T* dout, T* dinp, const AttnGrad<T>& grads, int b, int t, int c, int window,
+                        WgradSink<T>* wgrad = nullptr) {
   const AttnDims dm = attn_dims(cfg, b, t, c);
   const int n = b * t;
   const int hd = dm.h * dm.d;
@@ -184,7 +186,7 @@ void attention_backward(const ModelConfig& cfg, const AttnW<T>& w, const AttnCac
   T* d_o = d_o_buf.get();
   // forward: out = o proj^T
   D::gemm(d_o, dout, w.proj, n, hd, c, false, false, true);
-  D::gemm(grads.proj, dout, cache.o.get(), c, hd, n, true, false, true);
+  weight_gemm<D, T>(grads.proj, dout, cache.o.get(), n, hd, c, wgrad);
 
   // (B, T, H D) -> (B, H, T, D)
   Buf<D, T> dobh_buf(static_cast<std::size_t>(b) * dm.h * t * dm.d);
@@ -252,7 +254,7 @@ void attention_backward(const ModelConfig& cfg, const AttnW<T>& w, const AttnCac
       for (int j = 0; j < dm.d; ++j) row[sl.v_col + j] = dv[sl.head + j];
   });
   D::gemm(dinp, dqkv, w.qkv, n, c, dm.width, false, false, true);
-  D::gemm(grads.qkv, dqkv, inp, dm.width, c, n, true, false, true);
+  weight_gemm<D, T>(grads.qkv, dqkv, inp, n, c, dm.width, wgrad);
 }
 
 }  // namespace ht::engine::dev

@@ -17,8 +17,11 @@
 // Math. The state of every (rank, microbatch) is its own: blocks with their caches, the hidden
 // state and its gradient, and staged weight gradients, added into the rank's gradients by the
 // slot's weight-gradient step (the plan's W node with delayed wgrad, else right after the
-// backward), as the CPU executor does. So on one device the overlapped and the sequential plan
-// give the same bits, and grouped and flattened patterns too (blocks are found by canonical name).
+// backward), as the CPU executor does. With delayed wgrad the backward leaves the weight GEMMs of
+// its linear maps to the W node, which runs them (exec/weight_steps.hpp, the CPU executor's
+// bookkeeping too; the shared expert's, whose backward runs in the combine, belong to
+// pre_dispatch's W). So on one device the overlapped and the sequential plan give the same bits,
+// and grouped and flattened patterns too (blocks are found by canonical name).
 // The routed rows of each expert are those of every rank, expert-major with the sources in rank
 // order, as the CPU executor lays them out: on the host emulation the device executor equals it
 // bit for bit wherever the device layers equal the CPU's (every layer but SwiGLU's exp).
@@ -37,6 +40,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <set>
@@ -50,6 +54,7 @@
 #include "ht/engine/cuda/process_group.hpp"
 #include "ht/engine/exec/executor.hpp"
 #include "ht/patterns/checkpoint.hpp"
+#include "ht/schedule/check.hpp"
 #include "ht/schedule/node_args.hpp"
 
 namespace ht::engine::dev {
@@ -66,10 +71,12 @@ class DevExecutor {
   struct Options {
     bool test_drop_residual_grad = false;  // device_executor.hpp's DeviceExecutorOptions
     cuda::ProcessGroup* group = nullptr;   // the processes sharing the ranks; none: all ranks here
+    exec::WeightFault test_weight_fault = exec::WeightFault::None;
   };
   DevExecutor(const patterns::ParsedPattern& pattern, const ModelConfig& cfg, std::uint64_t seed, schedule::Plan plan,
               Options options = {})
       : pattern_(pattern), cfg_(cfg), plan_(std::move(plan)), options_(options) {
+    if (auto msg = schedule::beyond_engines(plan_); !msg.empty()) fail(msg);
     if (pattern.mtp_depths > 0)
       fail("MTP depths ('/" + pattern.mtp + "') do not run on the device executor yet (the device model runs them)");
     if (plan_.pp != 1 || plan_.vpp != 1)
@@ -133,11 +140,10 @@ class DevExecutor {
     for (int r = first_; r < first_ + local_n_; ++r)
       for (int mb = 0; mb < mbs; ++mb)
         chunks_[static_cast<std::size_t>(r)].push_back(new_chunk(r, batches[static_cast<std::size_t>(r)][static_cast<std::size_t>(mb)]));
-    has_w_.clear();
-    for (const auto& node : plan_.nodes)
-      if (node.phase == schedule::Phase::Weight) has_w_.insert({node.rank, node.microbatch, node.layer, node.slot});
+    steps_ = std::make_unique<exec::WeightSteps<D, T>>(plan_, first_, local_n_);
     marks_.clear();
     run_plan();
+    steps_->finish();
 
     std::vector<double> mine;  // this process's ranks' losses, rank-major
     for (int r = first_; r < first_ + local_n_; ++r)
@@ -241,10 +247,17 @@ class DevExecutor {
     int rank;
     const schedule::Node* node;
     Event begin, end;
+    double gemm_flops = 0;  // the GEMM work the node issued for this rank (D::gemm_flops_total)
+    int rows = -1;          // a MoE mlp node: the rows the rank's experts processed
   };
 
   [[noreturn]] static void fail(const std::string& message) {
     throw EngineError(ErrorCode::BadConfig, "device executor: " + message);
+  }
+  static std::string flops_text(double flops) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.0f", flops);
+    return text;
   }
   static int expert_of(const std::string& canonical) {
     const std::string tag = "mlp.experts.local_experts.";
@@ -348,7 +361,7 @@ class DevExecutor {
     for (;;) {
       bool progress = false, done = true;
       for (int r = lo; r < hi; ++r) {
-        const auto& issue = plan_.ranks[at(r)].issue;
+        const auto& issue = issue_[at(r)];
         while (pos[at(r)] < issue.size()) {
           const schedule::Node& node = plan_.node(issue[pos[at(r)]]);
           if (node.rank != r) fail("rank " + std::to_string(r) + " issues node " + node.label() + " of rank " + std::to_string(node.rank));
@@ -385,17 +398,17 @@ class DevExecutor {
   }
   void run_plan() {
     const int n = ranks();
-    for (int r = 0; r < n; ++r)
+    issue_.clear();
+    for (int r = 0; r < n; ++r) {
       if (plan_.ranks.at(static_cast<std::size_t>(r)).rank != r) fail("plan rank " + std::to_string(r) + " is misnumbered");
+      issue_.push_back(exec::issue_order(plan_, r, options_.test_weight_fault));
+    }
     if (group()) walk(0, n, [](const schedule::Node&) {}, [](const std::vector<const schedule::Node*>&) {});
     walk(first_, first_ + local_n_, [this](const schedule::Node& node) { run_compute(node); },
          [this](const std::vector<const schedule::Node*>& members) { run_collective(members); });
     D::set_stream(0);
   }
 
-  bool delayed(const schedule::Node& node) const {
-    return has_w_.count({node.rank, node.microbatch, node.layer, node.slot}) > 0;
-  }
   void check_mb(const schedule::Node& node) const {
     if (node.microbatch < 0 || node.microbatch >= plan_.microbatches) fail("node " + node.label() + " names microbatch " + std::to_string(node.microbatch));
     if (node.mtp) fail("node " + node.label() + " is an MTP node");
@@ -412,10 +425,13 @@ class DevExecutor {
     D::set_stream(compute_stream(r));
     if (cs.chained) D::wait(cs.last);
     const Event begin = D::record();
+    const double flops = D::gemm_flops_total();
     compute(node, cs);
     cs.last = D::record();
     cs.chained = true;
-    marks_.push_back({r, &node, begin, cs.last});
+    const bool experts = node.slot == schedule::Slot::Mlp && layer_of(node).moe;
+    marks_.push_back({r, &node, begin, cs.last, D::gemm_flops_total() - flops,
+                      experts ? moe_of(r, node.microbatch, node.layer).shard().rows() : -1});
   }
 
   void compute(const schedule::Node& node, Chunk& cs) {
@@ -466,15 +482,17 @@ class DevExecutor {
         if (fwd) {
           for (std::size_t i = 0; i < members; ++i) blocks[i].forward(cs.h, eps, cs.b, cs.t, c);
           if (layer.moe) blocks.back().forward_part(0, cs.h, eps, cs.b, cs.t, c);
-        } else if (bwd) {
-          // The MoE's router and norm (its residual's gradient is dh, parked since the combine),
-          // then the members in reverse.
-          if (layer.moe) blocks.back().backward_part(2, cs.dh, cs.b, cs.t, c);
-          for (std::size_t i = members; i-- > 0;) blocks[i].backward(cs.dh, cs.b, cs.t, c);
-          if (!delayed(node)) cs.staged->add_grads_to(p, rk.pre_w[static_cast<std::size_t>(node.layer)]);
-        } else {
-          cs.staged->add_grads_to(p, rk.pre_w[static_cast<std::size_t>(node.layer)]);
         }
+        const auto flush = [&] { cs.staged->add_grads_to(p, rk.pre_w[static_cast<std::size_t>(node.layer)]); };
+        if (bwd)
+          // The MoE's router and norm (its residual's gradient is dh, parked since the combine),
+          // then the members in reverse, their weight GEMMs to the slot's W node when it has one.
+          steps_->backward(node, [&](WgradSink<T>* w) {
+            if (layer.moe) blocks.back().backward_part(2, cs.dh, cs.b, cs.t, c);
+            for (std::size_t i = members; i-- > 0;) blocks[i].backward(cs.dh, cs.b, cs.t, c, w);
+          }, flush);
+        else if (!fwd)
+          steps_->weight(node, flush);
         return;
       }
       case Slot::Mlp: {
@@ -484,13 +502,16 @@ class DevExecutor {
         if (fwd) {
           if (layer.moe) blk.forward_part(1, cs.h, eps, cs.b, cs.t, c);
           else blk.forward(cs.h, eps, cs.b, cs.t, c);
-        } else if (bwd) {
-          if (layer.moe) blk.backward_part(1, cs.dh, cs.b, cs.t, c);
-          else blk.backward(cs.dh, cs.b, cs.t, c);
-          if (!delayed(node)) cs.staged->add_grads_to(p, rk.mlp_w[static_cast<std::size_t>(node.layer)]);
-        } else {
-          cs.staged->add_grads_to(p, rk.mlp_w[static_cast<std::size_t>(node.layer)]);
+          return;
         }
+        const auto flush = [&] { cs.staged->add_grads_to(p, rk.mlp_w[static_cast<std::size_t>(node.layer)]); };
+        if (bwd)
+          steps_->backward(node, [&](WgradSink<T>* w) {
+            if (layer.moe) blk.backward_part(1, cs.dh, cs.b, cs.t, c, w);
+            else blk.backward(cs.dh, cs.b, cs.t, c, w);
+          }, flush);
+        else
+          steps_->weight(node, flush);
         return;
       }
       default:
@@ -535,6 +556,7 @@ class DevExecutor {
       if (cs.chained) D::wait(cs.last);
     }
     const int mb = first.microbatch, layer = first.layer;
+    std::map<int, double> combine_flops;  // rank -> the shared expert's GEMMs in its combine backward
     const Event begin = D::record();
     const T eps = static_cast<T>(cfg_.norm_eps);
     const int c = cfg_.hidden;
@@ -552,7 +574,12 @@ class DevExecutor {
     } else {
       for (int r = first_; r < first_ + local_n_; ++r) {
         Chunk& cs = chunk(r, mb);
-        cs.layers[static_cast<std::size_t>(layer)].back().backward_part(0, cs.dh, cs.b, cs.t, c);
+        // The shared expert's backward runs here; its weight GEMMs belong to pre_dispatch's W node
+        // (reference 3.3: its forward and the rest of its slot are pre_dispatch's).
+        const double before = D::gemm_flops_total();
+        cs.layers[static_cast<std::size_t>(layer)].back().backward_part(
+            0, cs.dh, cs.b, cs.t, c, steps_->sink({r, mb, false, layer, Slot::PreDispatch}));
+        combine_flops[r] = D::gemm_flops_total() - before;
         if (options_.test_drop_residual_grad) cs.dh.assign_zero(cs.dh.size());
       }
       exchange(mb, layer, true, true);
@@ -563,7 +590,7 @@ class DevExecutor {
       Chunk& cs = chunk(m->rank, mb);
       cs.last = end;
       cs.chained = true;
-      marks_.push_back({m->rank, m, begin, end});
+      marks_.push_back({m->rank, m, begin, end, combine_flops[m->rank]});
     }
   }
 
@@ -712,6 +739,8 @@ class DevExecutor {
       s.duration_s = D::seconds(m.begin, m.end);
       s.device = m.rank;
       s.args = schedule::node_args(*m.node);
+      s.args["gemm_flops"] = flops_text(m.gemm_flops);
+      if (m.rows >= 0) s.args["rows"] = std::to_string(m.rows);  // expert load, as the CPU executor's
       if (m.node->stream == schedule::Stream::Comm) {
         s.stream = 1;
         s.role = traces::Role::Comm;
@@ -738,7 +767,8 @@ class DevExecutor {
   std::vector<Rank> ranks_;
   std::vector<AdamWState<T>> adam_;  // per rank, from the first optimizer_step
   std::vector<std::vector<Chunk>> chunks_;  // [rank][microbatch] (this process's ranks), during a step
-  std::set<std::tuple<int, int, int, schedule::Slot>> has_w_;  // (rank, microbatch, layer, slot) with a W node
+  std::unique_ptr<exec::WeightSteps<D, T>> steps_;  // the W nodes of this process's ranks, during a step
+  std::vector<std::vector<int>> issue_;             // [rank] issue order (exec::issue_order)
   std::vector<Mark> marks_;
   T weight_ = 0;
 };
@@ -755,7 +785,8 @@ class ExecutorOn final : public cuda::DeviceExecutor {
  public:
   ExecutorOn(const patterns::ParsedPattern& p, const ModelConfig& cfg, std::uint64_t seed, schedule::Plan plan,
              cuda::DeviceExecutorOptions options, std::string device)
-      : ex_(p, cfg, seed, std::move(plan), {options.test_drop_residual_grad, options.group}), device_(std::move(device)) {}
+      : ex_(p, cfg, seed, std::move(plan), {options.test_drop_residual_grad, options.group, options.test_weight_fault}),
+        device_(std::move(device)) {}
   std::string device() const override { return device_; }
   int ranks() const override { return ex_.ranks(); }
   bool local(int rank) const override { return ex_.local(rank); }

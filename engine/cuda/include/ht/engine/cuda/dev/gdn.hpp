@@ -14,6 +14,7 @@
 #include "ht/engine/config.hpp"
 #include "ht/engine/cuda/dev/conv.hpp"
 #include "ht/engine/cuda/dev/host.hpp"
+#include "ht/engine/cuda/dev/wgrad.hpp"
 #include "ht/engine/layers/gdn.hpp"
 #include "ht/engine/math.hpp"
 
@@ -185,7 +186,7 @@ void gdn_forward(const ModelConfig& cfg, const GdnW<T>& w, const T* inp, T* out,
 // scratch: B Hv dv (2T+1) dk values (the CPU keeps one (sequence, head)'s at a time).
 template <class D, class T>
 void gdn_backward(const ModelConfig& cfg, const GdnW<T>& w, const GdnCacheD<D, T>& cache, const T* inp, const T* dout,
-                  T* dinp, const GdnGrad<T>& grads, int b, int t, int c) {
+                  T* dinp, const GdnGrad<T>& grads, int b, int t, int c, WgradSink<T>* wgrad = nullptr) {
   const GdnDimsD dm = gdn_dims(cfg, b, t, c);
   const long nr = dm.rows();
   const int in = dm.in(), ch = dm.ch(), kd = dm.kd(), vd = dm.vd(), hk = dm.hk, hv = dm.hv, dk = dm.dk, dv = dm.dv;
@@ -215,7 +216,7 @@ void gdn_backward(const ModelConfig& cfg, const GdnW<T>& w, const GdnCacheD<D, T
 
   // forward: out = gated W_out^T
   D::gemm(dgated, dout, w.out_proj, static_cast<int>(nr), vd, c, false, false, true);
-  D::gemm(grads.out_proj, dout, cache.gated.get(), c, vd, static_cast<int>(nr), true, false, true);
+  weight_gemm<D, T>(grads.out_proj, dout, cache.gated.get(), static_cast<int>(nr), vd, c, wgrad);
 
   // forward: gated = rmsnorm(o) norm_weight silu(z), one thread per (token, value head); dnormed is
   // recomputed where needed rather than staged.
@@ -399,7 +400,7 @@ void gdn_backward(const ModelConfig& cfg, const GdnW<T>& w, const GdnCacheD<D, T
                                   nr, dm.t, ch, dm.k);
   // forward: proj = inp W_in^T
   D::gemm(dinp, dproj, w.in_proj, static_cast<int>(nr), c, in, false, false, true);
-  D::gemm(grads.in_proj, dproj, inp, in, c, static_cast<int>(nr), true, false, true);
+  weight_gemm<D, T>(grads.in_proj, dproj, inp, static_cast<int>(nr), c, in, wgrad);
 }
 
 }  // namespace ht::engine::dev

@@ -14,6 +14,7 @@
 #include "ht/engine/config.hpp"
 #include "ht/engine/cuda/dev/conv.hpp"
 #include "ht/engine/cuda/dev/host.hpp"
+#include "ht/engine/cuda/dev/wgrad.hpp"
 #include "ht/engine/layers/mamba2.hpp"
 #include "ht/engine/math.hpp"
 
@@ -163,7 +164,8 @@ void mamba2_forward(const ModelConfig& cfg, const Mamba2W<T>& w, const T* inp, T
 // values (the CPU keeps one (sequence, head)'s at a time).
 template <class D, class T>
 void mamba2_backward(const ModelConfig& cfg, const Mamba2W<T>& w, const Mamba2CacheD<D, T>& cache, const T* inp,
-                     const T* dout, T* dinp, const Mamba2Grad<T>& grads, int b, int t, int c) {
+                     const T* dout, T* dinp, const Mamba2Grad<T>& grads, int b, int t, int c,
+                     WgradSink<T>* wgrad = nullptr) {
   const Mamba2DimsD dm = mamba2_dims(cfg, b, t, c);
   const long nr = dm.rows();
   const int in = dm.in(), ch = dm.ch(), di = dm.di(), nh = dm.h, ns = dm.n, np = dm.p, gs = dm.gs();
@@ -184,7 +186,7 @@ void mamba2_backward(const ModelConfig& cfg, const Mamba2W<T>& w, const Mamba2Ca
 
   // forward: out = normed W_out^T
   D::gemm(dnormed, dout, w.out_proj, static_cast<int>(nr), di, c, false, false, true);
-  D::gemm(grads.out_proj, dout, cache.normed.get(), c, di, static_cast<int>(nr), true, false, true);
+  weight_gemm<D, T>(grads.out_proj, dout, cache.normed.get(), static_cast<int>(nr), di, c, wgrad);
 
   // forward: normed = rmsnorm_per_group(gated) norm, gated = y silu(z). gated is recomputed.
   const T* nw = w.norm;
@@ -357,7 +359,7 @@ void mamba2_backward(const ModelConfig& cfg, const Mamba2W<T>& w, const Mamba2Ca
                                   dm.t, ch, dm.k);
   // forward: zxbcdt = inp W_in^T
   D::gemm(dinp, dz, w.in_proj, static_cast<int>(nr), c, in, false, false, true);
-  D::gemm(grads.in_proj, dz, inp, in, c, static_cast<int>(nr), true, false, true);
+  weight_gemm<D, T>(grads.in_proj, dz, inp, static_cast<int>(nr), c, in, wgrad);
 }
 
 }  // namespace ht::engine::dev

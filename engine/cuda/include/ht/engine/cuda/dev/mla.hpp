@@ -15,6 +15,7 @@
 #include "ht/engine/config.hpp"
 #include "ht/engine/cuda/dev/attention.hpp"
 #include "ht/engine/cuda/dev/host.hpp"
+#include "ht/engine/cuda/dev/wgrad.hpp"
 #include "ht/engine/layers/mla.hpp"
 #include "ht/engine/math.hpp"
 
@@ -232,7 +233,8 @@ void mla_forward(const ModelConfig& cfg, const MlaW<T>& w, const T* inp, T* out,
 // dinp and the weight gradients accumulate (+=).
 template <class D, class T>
 void mla_backward(const ModelConfig& cfg, const MlaW<T>& w, const MlaCacheD<D, T>& cache, const T* inp,
-                  const T* dout, T* dinp, const MlaGrad<T>& grads, int b, int t, int c) {
+                  const T* dout, T* dinp, const MlaGrad<T>& grads, int b, int t, int c,
+                  WgradSink<T>* wgrad = nullptr) {
   const MlaDimsD dm = mla_dims(cfg, b, t, c);
   mla_check_weights(dm, w.q_proj, w.q_down, w.q_norm, w.q_up, "parameters");
   mla_check_weights<T>(dm, grads.q_proj, grads.q_down, grads.q_norm, grads.q_up, "gradients");
@@ -246,7 +248,7 @@ void mla_backward(const ModelConfig& cfg, const MlaW<T>& w, const MlaCacheD<D, T
   d_o_buf.assign_zero(sz(n, static_cast<long>(H) * dv));
   T* d_o = d_o_buf.get();
   D::gemm(d_o, dout, w.proj, N, H * dv, c, false, false, true);
-  D::gemm(grads.proj, dout, cache.o.get(), c, H * dv, N, true, false, true);
+  weight_gemm<D, T>(grads.proj, dout, cache.o.get(), N, H * dv, c, wgrad);
 
   // forward: o_t = sum_s att[t,s] V_s, att = softmax(scale Q_t K_s), s <= t
   const T scale = T(1) / std::sqrt(static_cast<T>(dq));
@@ -339,28 +341,28 @@ void mla_backward(const ModelConfig& cfg, const MlaW<T>& w, const MlaCacheD<D, T
   if (qr == 0) {
     // forward: q = inp W_q^T
     D::gemm(dinp, dqproj, w.q_proj, N, c, qud, false, false, true);
-    D::gemm(grads.q_proj, dqproj, inp, qud, c, N, true, false, true);
+    weight_gemm<D, T>(grads.q_proj, dqproj, inp, N, c, qud, wgrad);
   } else {
     // forward: q = cqn W_qu^T, cqn = rmsnorm(cq) * q_norm, cq = inp W_qd^T
     Buf<D, T> dcqn_buf, dcq_buf;
     dcqn_buf.assign_zero(sz(n, qr));
     dcq_buf.assign_zero(sz(n, qr));
     D::gemm(dcqn_buf.get(), dqproj, w.q_up, N, qr, qud, false, false, true);
-    D::gemm(grads.q_up, dqproj, cache.cqn.get(), qud, qr, N, true, false, true);
+    weight_gemm<D, T>(grads.q_up, dqproj, cache.cqn.get(), N, qr, qud, wgrad);
     mla_norm_backward<D, T>(dcq_buf.get(), grads.q_norm, dcqn_buf.get(), cache.cq.get(), w.q_norm,
                             cache.q_rstd.get(), n, qr, qr);
     D::gemm(dinp, dcq_buf.get(), w.q_down, N, c, qr, false, false, true);
-    D::gemm(grads.q_down, dcq_buf.get(), inp, qr, c, N, true, false, true);
+    weight_gemm<D, T>(grads.q_down, dcq_buf.get(), inp, N, c, qr, wgrad);
   }
   // forward: kv = ckvn W_kvu^T, ckvn = rmsnorm(ckv latent) * kv_norm, ckv = inp W_kvd^T
   Buf<D, T> dckvn_buf;
   dckvn_buf.assign_zero(sz(n, kvr));
   D::gemm(dckvn_buf.get(), dkvproj, w.kv_up, N, kvr, kvud, false, false, true);
-  D::gemm(grads.kv_up, dkvproj, cache.ckvn.get(), kvud, kvr, N, true, false, true);
+  weight_gemm<D, T>(grads.kv_up, dkvproj, cache.ckvn.get(), N, kvr, kvud, wgrad);
   mla_norm_backward<D, T>(dckv, grads.kv_norm, dckvn_buf.get(), cache.ckv.get(), w.kv_norm, cache.kv_rstd.get(), n,
                           kvr, kvd);
   D::gemm(dinp, dckv, w.kv_down, N, c, kvd, false, false, true);
-  D::gemm(grads.kv_down, dckv, inp, kvd, c, N, true, false, true);
+  weight_gemm<D, T>(grads.kv_down, dckv, inp, N, c, kvd, wgrad);
 }
 
 }  // namespace ht::engine::dev

@@ -34,12 +34,14 @@
 
 namespace ht::engine::dev {
 
-// One physical layer's branch on the device: x, out, dx (B, T, C); dx accumulates.
+// One physical layer's branch on the device: x, out, dx (B, T, C); dx accumulates. A backward
+// given a WgradSink hands it its weight GEMMs (the W node runs them, layers/wgrad.hpp); null: it
+// computes them itself.
 template <class D, class T>
 struct DevBranch {
   virtual ~DevBranch() = default;
   virtual void forward(const T* x, T* out, int b, int t) = 0;
-  virtual void backward(const T* x, const T* dout, T* dx, int b, int t) = 0;
+  virtual void backward(const T* x, const T* dout, T* dx, int b, int t, WgradSink<T>* wgrad) = 0;
   virtual T aux_loss() const { return T(0); }
   virtual T z_loss() const { return T(0); }
   // MoE only: the branch in the schedule's slot pieces (dev/moe.hpp). Forward part 0 routes and
@@ -47,7 +49,7 @@ struct DevBranch {
   // 2 the router into dx. Running the parts in order is forward() / backward(), bit for bit.
   virtual bool has_parts() const { return false; }
   virtual void forward_part(int, const T*, T*, int, int) {}
-  virtual void backward_part(int, const T*, const T*, T*, int, int) {}
+  virtual void backward_part(int, const T*, const T*, T*, int, int, WgradSink<T>*) {}
 };
 
 // Device copies of the host model's parameters, by canonical name.
@@ -215,8 +217,8 @@ class AttnBranchD final : public DevBranch<D, T> {
   void forward(const T* x, T* out, int b, int t) override {
     attention_forward<D, T>(cfg_, w_, x, out, b, t, cfg_.hidden, cache_, window_);
   }
-  void backward(const T* x, const T* dout, T* dx, int b, int t) override {
-    attention_backward<D, T>(cfg_, w_, cache_, x, dout, dx, g_, b, t, cfg_.hidden, window_);
+  void backward(const T* x, const T* dout, T* dx, int b, int t, WgradSink<T>* wgrad) override {
+    attention_backward<D, T>(cfg_, w_, cache_, x, dout, dx, g_, b, t, cfg_.hidden, window_, wgrad);
   }
 
  private:
@@ -235,8 +237,8 @@ class MlpBranchD final : public DevBranch<D, T> {
     g_ = {p.g(pre + "mlp.linear_fc1.weight"), p.g(pre + "mlp.linear_fc2.weight")};
   }
   void forward(const T* x, T* out, int b, int t) override { swiglu_forward<D, T>(out, cache_, x, b * t, w_); }
-  void backward(const T* x, const T* dout, T* dx, int b, int t) override {
-    swiglu_backward<D, T>(dx, g_, dout, x, b * t, w_, cache_);
+  void backward(const T* x, const T* dout, T* dx, int b, int t, WgradSink<T>* wgrad) override {
+    swiglu_backward<D, T>(dx, g_, dout, x, b * t, w_, cache_, wgrad);
   }
 
  private:
@@ -276,8 +278,8 @@ class MoeBranchD final : public DevBranch<D, T> {
   void forward(const T* x, T* out, int b, int t) override {
     for (int part = 0; part < 3; ++part) forward_part(part, x, out, b, t);
   }
-  void backward(const T* x, const T* dout, T* dx, int b, int t) override {
-    for (int part = 0; part < 3; ++part) backward_part(part, x, dout, dx, b, t);
+  void backward(const T* x, const T* dout, T* dx, int b, int t, WgradSink<T>* wgrad) override {
+    for (int part = 0; part < 3; ++part) backward_part(part, x, dout, dx, b, t, wgrad);
   }
   bool has_parts() const override { return true; }
   void forward_part(int part, const T* x, T* out, int b, int t) override {
@@ -290,14 +292,15 @@ class MoeBranchD final : public DevBranch<D, T> {
     }
     if (part == 2) moe_combine_forward<D, T>(w_, out, c, cache_);
   }
-  void backward_part(int part, const T* x, const T* dout, T* dx, int, int) override {
+  // Part 0's sink takes the shared expert's weight GEMMs, part 1's the experts'.
+  void backward_part(int part, const T* x, const T* dout, T* dx, int, int, WgradSink<T>* wgrad) override {
     const int c = cfg_.hidden;
-    if (part == 0) moe_combine_backward<D, T>(w_, x, dout, dx, g_, c, cache_);
-    if (part == 1 && !sharded_) moe_experts_backward<D, T>(w_, g_, c, cache_);
+    if (part == 0) moe_combine_backward<D, T>(w_, x, dout, dx, g_, c, cache_, wgrad);
+    if (part == 1 && !sharded_) moe_experts_backward<D, T>(w_, g_, c, cache_, wgrad);
     if (part == 1 && sharded_) {
       shard_.din.assign_zero(static_cast<std::size_t>(shard_.rows()) * c);
       experts_backward<D, T>(w_, g_, shard_.first, shard_.start, shard_.in.get(), shard_.dout.get(), shard_.din.get(), c,
-                             shard_.caches);
+                             shard_.caches, wgrad);
     }
     if (part == 2) moe_route_permute_backward<D, T>(cfg_, w_, x, dx, g_, c, scale_, cache_);
   }
@@ -326,8 +329,8 @@ class MixerBranchD final : public DevBranch<D, T> {
     bind(w_, g_);
   }
   void forward(const T* x, T* out, int b, int t) override { Fwd(cfg_, w_, x, out, b, t, cfg_.hidden, cache_); }
-  void backward(const T* x, const T* dout, T* dx, int b, int t) override {
-    Bwd(cfg_, w_, cache_, x, dout, dx, g_, b, t, cfg_.hidden);
+  void backward(const T* x, const T* dout, T* dx, int b, int t, WgradSink<T>* wgrad) override {
+    Bwd(cfg_, w_, cache_, x, dout, dx, g_, b, t, cfg_.hidden, wgrad);
   }
 
  private:
@@ -453,16 +456,16 @@ struct DevBlock {
     branch->forward_part(part, normed.get(), out.get(), b, t);
     if (part == 2) add_inplace<D, T>(h.get(), out.get(), static_cast<long>(nc));
   }
-  void backward_part(int part, Buf<D, T>& dh, int b, int t, int c) {
+  void backward_part(int part, Buf<D, T>& dh, int b, int t, int c, WgradSink<T>* wgrad = nullptr) {
     if (part == 0) dnormed.assign_zero(dh.size());
-    branch->backward_part(part, normed.get(), dh.get(), dnormed.get(), b, t);
+    branch->backward_part(part, normed.get(), dh.get(), dnormed.get(), b, t, wgrad);
     if (part == 2) rmsnorm_backward<D, T>(dh.get(), norm_g, dnormed.get(), h_in.get(), norm_w, rstd.get(), b * t, c);
   }
   Buf<D, T> dnormed;
   // dh holds d(h_out) on entry and d(h_in) on return.
-  void backward(Buf<D, T>& dh, int b, int t, int c) {
+  void backward(Buf<D, T>& dh, int b, int t, int c, WgradSink<T>* wgrad = nullptr) {
     dnormed.assign_zero(dh.size());
-    branch->backward(normed.get(), dh.get(), dnormed.get(), b, t);
+    branch->backward(normed.get(), dh.get(), dnormed.get(), b, t, wgrad);
     rmsnorm_backward<D, T>(dh.get(), norm_g, dnormed.get(), h_in.get(), norm_w, rstd.get(), b * t, c);
   }
 };

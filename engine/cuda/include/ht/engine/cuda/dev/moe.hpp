@@ -158,15 +158,17 @@ void experts_forward(const MoeW<T>& w, int first, const std::vector<int>& starts
                          w.experts[static_cast<std::size_t>(first) + j]);
   }
 }
-// din (rows, C) accumulates; the experts' weight gradients accumulate.
+// din (rows, C) accumulates; the experts' weight gradients accumulate (through `wgrad`, the mlp
+// slot's W node, when given).
 template <class D, class T>
 void experts_backward(const MoeW<T>& w, const MoeGrad<T>& grads, int first, const std::vector<int>& starts, const T* in,
-                      const T* dout, T* din, int c, const std::vector<SwiGLUCacheD<D, T>>& caches) {
+                      const T* dout, T* din, int c, const std::vector<SwiGLUCacheD<D, T>>& caches,
+                      WgradSink<T>* wgrad = nullptr) {
   for (std::size_t j = 0; j + 1 < starts.size(); ++j) {
     const long lo = static_cast<long>(starts[j]) * c;
     const std::size_t e = static_cast<std::size_t>(first) + j;
     swiglu_backward<D, T>(din + lo, grads.experts[e], dout + lo, in + lo, starts[j + 1] - starts[j], w.experts[e],
-                          caches[j]);
+                          caches[j], wgrad);
   }
 }
 
@@ -205,13 +207,15 @@ void moe_forward(const ModelConfig& cfg, const MoeW<T>& w, const T* x, T* out, i
 // Backward in the same three pieces, run in reverse slot order: combine (the shared expert's
 // backward into dx, then d permuted_out and d combine weights), experts (d permuted_in), and
 // route_permute (unpermute into dx, the router). dx and the weight gradients accumulate; d total
-// loss / d aux = d / d z = 1. The order of the additions into dx is the CPU's (moe.cpp).
+// loss / d aux = d / d z = 1. The order of the additions into dx is the CPU's (moe.cpp). With a
+// sink the shared expert's (combine) or the experts' (experts) weight GEMMs go to it; the router's
+// gradient is always computed here (Megatron's router is not a delayed-wgrad linear layer).
 template <class D, class T>
 void moe_combine_backward(const MoeW<T>& w, const T* x, const T* dy, T* dx, const MoeGrad<T>& grads, int c,
-                          MoeCacheD<D, T>& cache) {
+                          MoeCacheD<D, T>& cache, WgradSink<T>* wgrad = nullptr) {
   const int n = cache.n, k = cache.k;
   const std::size_t nk = static_cast<std::size_t>(n) * k;
-  if (w.has_shared) swiglu_backward<D, T>(dx, grads.shared, dy, x, n, w.shared, cache.shared_cache);
+  if (w.has_shared) swiglu_backward<D, T>(dx, grads.shared, dy, x, n, w.shared, cache.shared_cache, wgrad);
   // combine: y_x = sum_j w_xj permuted_out[perm(x, j)]
   cache.dpo.assign_zero(nk * c);
   cache.dw.assign_zero(nk);
@@ -236,10 +240,11 @@ void moe_combine_backward(const MoeW<T>& w, const T* x, const T* dy, T* dx, cons
 }
 
 template <class D, class T>
-void moe_experts_backward(const MoeW<T>& w, const MoeGrad<T>& grads, int c, MoeCacheD<D, T>& cache) {
+void moe_experts_backward(const MoeW<T>& w, const MoeGrad<T>& grads, int c, MoeCacheD<D, T>& cache,
+                          WgradSink<T>* wgrad = nullptr) {
   cache.dpi.assign_zero(static_cast<std::size_t>(cache.n) * cache.k * c);
   experts_backward<D, T>(w, grads, 0, cache.expert_offset, cache.permuted_in.get(), cache.dpo.get(), cache.dpi.get(), c,
-                         cache.expert_caches);
+                         cache.expert_caches, wgrad);
 }
 
 template <class D, class T>

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "ht/engine/cuda/dev/host.hpp"
+#include "ht/engine/cuda/dev/wgrad.hpp"
 #include "ht/engine/math.hpp"
 
 namespace ht::engine::dev {
@@ -45,10 +46,10 @@ void swiglu_forward(T* y, SwiGLUCacheD<D, T>& cache, const T* x, int n, const Sw
   D::gemm(y, act, w.fc2, n, c, f, false, true, false);
 }
 
-// dx and the weight gradients accumulate.
+// dx and the weight gradients accumulate; with `wgrad` the fc2 and fc1 weight GEMMs go to the sink.
 template <class D, class T>
 void swiglu_backward(T* dx, const SwiGLUGrad<T>& grads, const T* dy, const T* x, int n, const SwiGLUW<T>& w,
-                     const SwiGLUCacheD<D, T>& cache) {
+                     const SwiGLUCacheD<D, T>& cache, WgradSink<T>* wgrad = nullptr) {
   const int c = w.c, f = w.f;
   if (n == 0) return;
   Buf<D, T> dact_buf(static_cast<std::size_t>(n) * f), dh_buf(static_cast<std::size_t>(n) * 2 * f);
@@ -57,7 +58,7 @@ void swiglu_backward(T* dx, const SwiGLUGrad<T>& grads, const T* dy, const T* x,
   const T* h = cache.h.get();
   // forward: y = act fc2^T
   D::gemm(dact, dy, w.fc2, n, f, c, false, false, false);
-  D::gemm(grads.fc2, dy, cache.act.get(), c, f, n, true, false, true);
+  weight_gemm<D, T>(grads.fc2, dy, cache.act.get(), n, f, c, wgrad);
   // forward: act = silu(g) u
   D::launch(n, [=] HT_HD(long i) {
     const T* g = h + i * 2 * f;
@@ -72,7 +73,7 @@ void swiglu_backward(T* dx, const SwiGLUGrad<T>& grads, const T* dy, const T* x,
   });
   // forward: h = x fc1^T
   D::gemm(dx, dh, w.fc1, n, c, 2 * f, false, false, true);
-  D::gemm(grads.fc1, dh, x, 2 * f, c, n, true, false, true);
+  weight_gemm<D, T>(grads.fc1, dh, x, n, c, 2 * f, wgrad);
 }
 
 }  // namespace ht::engine::dev

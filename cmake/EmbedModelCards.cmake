@@ -1,0 +1,18 @@
+# Writes OUT: a C++ source holding every model card JSON of CARDS (files separated by commas) as a string,
+# so the shipped cards work wherever the binary runs. Called at build time by schedule/.
+string(REPLACE "," ";" CARDS "${CARDS}")
+set(body "// Generated from patterns/models/*.json by cmake/EmbedModelCards.cmake; do not edit.\n")
+string(APPEND body "#include <cstddef>\n\nnamespace ht::schedule::detail {\n")
+string(APPEND body "struct EmbeddedCard { const char* name; const char* json; };\n")
+string(APPEND body "extern const EmbeddedCard kEmbeddedCards[];\nextern const std::size_t kEmbeddedCardCount;\n")
+string(APPEND body "const EmbeddedCard kEmbeddedCards[] = {\n")
+set(count 0)
+foreach(card IN LISTS CARDS)
+  get_filename_component(name "${card}" NAME_WLE)
+  file(READ "${card}" text)
+  string(APPEND body "  {\"${name}\", R\"hybridtwincard(${text})hybridtwincard\"},\n")
+  math(EXPR count "${count} + 1")
+endforeach()
+string(APPEND body "};\nconst std::size_t kEmbeddedCardCount = ${count};\n}  // namespace ht::schedule::detail\n")
+file(WRITE "${OUT}.tmp" "${body}")
+file(RENAME "${OUT}.tmp" "${OUT}")

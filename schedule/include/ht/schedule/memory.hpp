@@ -1,0 +1,39 @@
+// Per-GPU memory of a training step (megatron-parallel.md 4.6 and 8): the rank's weights (bf16),
+// fp32 main gradients and optimizer state (fp32 master weights and two Adam moments, sharded over
+// the data-parallel replicas by the distributed optimizer: dense over dp x cp, experts over edp),
+// plus the activations its schedule keeps alive at its peak. Activations are counted per layer
+// type per microbatch (section 8.2, elements per token the rank owns under sequence
+// parallelism), added when a layer's first forward node is issued and freed after its last
+// backward node, walking the rank's own issue order; so the warm-up depth of 1F1B, interleaving
+// and combined 1F1B's extra microbatch come from the actual plan. Recomputation keeps less
+// (full: the layer input; selective modules: section 6.2) and re-materialises a layer's working
+// set only while its backward runs. Not counted: CUDA context, NCCL buffers, allocator
+// fragmentation and temporary workspaces.
+#pragma once
+
+#include "ht/patterns/pattern.hpp"
+#include "ht/schedule/config.hpp"
+#include "ht/schedule/plan.hpp"
+
+namespace ht::schedule {
+
+struct MemoryBreakdown {
+  int rank = 0;                       // the rank with the largest peak
+  double weights = 0;                 // bytes
+  double gradients = 0;
+  double optimizer = 0;
+  double activations = 0;             // at the peak
+  int microbatches_in_flight = 0;     // microbatches holding activations at the peak
+  double parameters = 0;              // elements the rank holds
+  double total() const { return weights + gradients + optimizer + activations; }
+};
+
+// Activation bytes one rank keeps for one logical layer (its symbols) for one microbatch, with
+// the recomputation settings; `working` gets what the layer holds while its backward runs.
+double layer_activation_bytes(const std::string& symbols, bool mtp, const ModelDims& dims,
+                              const ParallelConfig& config, double* working = nullptr);
+
+MemoryBreakdown peak_memory(const patterns::ParsedPattern& pattern, const ModelDims& dims,
+                            const ParallelConfig& config, const Plan& plan);
+
+}  // namespace ht::schedule

@@ -1,0 +1,227 @@
+// Per-GPU memory (see memory.hpp).
+#include "ht/schedule/memory.hpp"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include "ht/schedule/costs.hpp"
+#include "ht/schedule/layer_shape.hpp"
+#include "ht/schedule/layout.hpp"
+#include "ht/schedule/params.hpp"
+
+namespace ht::schedule {
+namespace {
+
+// Elements per owned token one layer symbol keeps (section 8.2), and the part selective
+// recomputation removes; `bytes` collects fp32 items (counted in bytes).
+struct Kept {
+  double elements = 0;
+  double fp32_bytes = 0;
+};
+
+Kept symbol_kept(char c, const ModelDims& d, const ParallelConfig& cfg) {
+  const double h = d.hidden, t = cfg.tp;
+  const Recompute& rc = cfg.recompute;
+  Kept k;
+  switch (c) {
+    case '*':
+    case 'W': {
+      const double a = d.num_heads, g = d.num_kv_heads, hd = d.head_dim;
+      k.elements = 2 * h + 2 * a * hd + 2 * hd * std::max(g, t) + d.attn_output_gate * a * hd;
+      k.fp32_bytes = 4 * a;  // softmax statistics
+      break;
+    }
+    case '+':
+    case 'D':
+    case 'C':
+    case 'H': {
+      const double a = d.num_heads, qk = double(d.head_dim) + d.mla_rope_head_dim, v = d.mla_v_dim();
+      k.elements = 2 * h + 2.0 * d.q_lora_rank + 2.0 * d.kv_lora_rank + 2 * a * qk + 2 * a * v;
+      k.fp32_bytes = 4 * a;
+      if (rc.has(kRecomputeMlaUpProj)) k.elements -= 2 * a * qk + a * v;
+      if (rc.has(kRecomputeLayernorm)) k.elements -= h;
+      break;
+    }
+    case 'M': {
+      const double di = double(d.mamba_num_heads) * d.mamba_head_dim;
+      const double groups = double(d.mamba_groups) / t;
+      const double r = cfg.cp > 1 && groups < cfg.cp ? cfg.cp / groups : 1.0;
+      k.elements = 2 * h + (2 * di + 2 * r * d.mamba_groups * d.mamba_state + d.mamba_num_heads) + 3 * di;
+      break;
+    }
+    case 'G': {
+      const double qk = double(d.gdn_qk_heads()) * d.gdn_qk_head_dim(), v = double(d.gdn_num_heads) * d.gdn_head_dim;
+      const double hv = d.gdn_num_heads;
+      k.elements = 2 * h + (2 * qk + 2 * v + 2 * hv) + (2 * qk + v) + 2 * hv * d.gdn_qk_head_dim() + v + 3 * v;
+      k.fp32_bytes = 8 * hv;
+      break;
+    }
+    case '-': {
+      const double f = d.ffn_hidden;
+      k.elements = 2 * h + (d.ffn_matrices() - 1) * f + f;
+      if (rc.has(kRecomputeMlp)) k.elements = h;
+      break;
+    }
+    case 'E': {
+      const double x = d.ffn_matrices(), kk = d.top_k, te = cfg.etp;
+      k.elements = 2 * h + kk * te * d.moe_width() + kk * d.moe_ffn_hidden * x + x * d.shared_expert_ffn;
+      if (d.moe_latent_size > 0) k.elements += 2.0 * d.moe_latent_size;  // the latent in and out
+      k.fp32_bytes = 9.0 * d.num_experts + 4 * kk * te;
+      if (rc.has(kRecomputeMoeAct)) k.elements -= kk * d.moe_ffn_hidden;
+      if (rc.has(kRecomputeSharedExperts)) k.elements -= x * d.shared_expert_ffn;
+      if (rc.has(kRecomputeLayernorm)) k.elements -= h;
+      if (rc.has(kRecomputeMoe)) k = {h, 0};
+      break;
+    }
+    default: break;
+  }
+  return k;
+}
+
+// Bytes of the output layer and loss (final norm input, output-layer input, fp32 softmax of the
+// vocabulary shard) for one microbatch, per prediction head.
+double output_bytes(const ModelDims& d, const ParallelConfig& cfg) {
+  const double owned = owned_tokens(d, shard_of(cfg));
+  return owned * (2.0 * d.hidden * d.bytes_per_element + 4.0 * d.vocab);
+}
+
+// Token ids of a microbatch on the first stage (int64, every TP rank holds them).
+double embedding_bytes(const ModelDims& d, const ParallelConfig& cfg) {
+  return 8.0 * shard_tokens(d, shard_of(cfg));
+}
+
+// Which activations a node belongs to: its layer, or the embedding (-1) / output (-2) of the chunk.
+int activation_key(const Node& n) { return n.layer >= 0 ? n.layer : n.slot == Slot::PostProcess ? -2 : -1; }
+
+}  // namespace
+
+double layer_activation_bytes(const std::string& symbols, bool mtp, const ModelDims& d, const ParallelConfig& cfg,
+                              double* working) {
+  const double owned = owned_tokens(d, shard_of(cfg)), beta = d.bytes_per_element;
+  ParallelConfig plain = cfg;
+  plain.recompute = {};
+  double kept = 0, full = 0;
+  for (char c : symbols) {
+    const Kept k = symbol_kept(c, d, cfg), all = symbol_kept(c, d, plain);
+    kept += k.elements * beta + k.fp32_bytes;
+    full += all.elements * beta + all.fp32_bytes;
+  }
+  if (mtp) {  // enorm/hnorm in and out, the eh_proj input (2h); its output head is on post_process
+    kept += 6.0 * d.hidden * beta;
+    full += 6.0 * d.hidden * beta;
+  }
+  kept *= owned;
+  full *= owned;
+  if (cfg.recompute.full) kept = owned * d.hidden * beta;  // only the layer's input checkpoint
+  if (working) *working = full;
+  return kept;
+}
+
+MemoryBreakdown peak_memory(const patterns::ParsedPattern& pattern, const ModelDims& d, const ParallelConfig& cfg,
+                            const Plan& plan) {
+  // The layers of every (pp rank, chunk): the builder's split.
+  std::map<std::tuple<int, int, int, bool>, std::pair<double, double>> layer_bytes;  // (pp, vp, layer, mtp) -> kept, working
+  std::vector<double> dense(static_cast<std::size_t>(cfg.pp), 0), expert(static_cast<std::size_t>(cfg.pp), 0);
+  const double vocab_params = double(d.vocab) * d.hidden / cfg.tp;
+  auto add_layer = [&](int pp, int vp, int index, bool mtp, const std::string& symbols, bool weights) {
+    double working = 0;
+    const double kept = layer_activation_bytes(symbols, mtp, d, cfg, &working);
+    layer_bytes[{pp, vp, index, mtp}] = {kept, working};
+    if (!weights) return;
+    for (char s : symbols) {
+      const ParamSplit split = layer_param_split(s, d);
+      dense[static_cast<std::size_t>(pp)] += split.tp_split / cfg.tp + split.replicated;
+      if (s == 'E') expert[static_cast<std::size_t>(pp)] += double(d.num_experts / cfg.ep) * expert_params_per_expert(d) / cfg.etp;
+    }
+    if (mtp) dense[static_cast<std::size_t>(pp)] += 2.0 * d.hidden * d.hidden / cfg.tp + 3.0 * d.hidden;
+  };
+  int last_pp = 0, last_vp = 0;
+  for (const patterns::StageSlice& stage : split_stages(pattern, cfg)) {
+    for (std::size_t i = 0; i < stage.items.size(); ++i)
+      add_layer(stage.pp_rank, stage.vp_stage, stage.logical_offset + static_cast<int>(i), false, stage.items[i].symbols,
+                true);
+    if (stage.vp_stage > last_vp || (stage.vp_stage == last_vp && stage.pp_rank >= last_pp))
+      last_pp = stage.pp_rank, last_vp = stage.vp_stage;
+  }
+  const int weight_sets = d.mtp_shared_weights && pattern.mtp_depths > 0 ? 1 : pattern.mtp_depths;
+  for (int depth = 0; depth < pattern.mtp_depths; ++depth)  // shared MTP weights count once
+    add_layer(last_pp, last_vp, depth, true, pattern.mtp, depth < weight_sets);
+  dense.front() += vocab_params;  // the embedding on the first stage
+  const bool own_output = !d.tied_embeddings || cfg.pp > 1;
+  dense[static_cast<std::size_t>(last_pp)] += (own_output ? vocab_params : 0.0) + d.hidden;
+
+  MemoryBreakdown best;
+  best.activations = -1;
+  const double out_bytes = output_bytes(d, cfg) * (1 + pattern.mtp_depths), emb_bytes = embedding_bytes(d, cfg);
+  const bool megatron = cfg.optimizer.sync == GradSync::Megatron;
+  for (const RankPlan& rp : plan.ranks) {
+    // Last backward node of every (microbatch, chunk, layer) on this rank.
+    std::map<std::tuple<int, int, int, bool>, int> last_backward;
+    for (std::size_t i = 0; i < rp.issue.size(); ++i) {
+      const Node& n = plan.node(rp.issue[i]);
+      // Delayed weight gradients still need the layer's inputs: a W node ends its life.
+      if ((n.phase == Phase::Backward || n.phase == Phase::Weight) && n.microbatch >= 0)
+        last_backward[{n.microbatch, n.vp_stage, activation_key(n), n.mtp}] = static_cast<int>(i);
+    }
+    std::map<std::tuple<int, int, int, bool>, int> state;  // 1 kept, 2 working
+    std::map<int, int> live_per_mb;
+    double live = 0, peak = 0;
+    int peak_mbs = 0;
+    for (std::size_t i = 0; i < rp.issue.size(); ++i) {
+      const Node& n = plan.node(rp.issue[i]);
+      if (n.microbatch < 0) continue;
+      const auto key = std::make_tuple(n.microbatch, n.vp_stage, activation_key(n), n.mtp);
+      double kept = 0, working = 0;
+      if (n.layer >= 0) {
+        const auto it = layer_bytes.find({rp.pp_rank, n.vp_stage, n.layer, n.mtp});
+        if (it != layer_bytes.end()) std::tie(kept, working) = it->second;
+      } else if (n.slot == Slot::PreProcess) {
+        kept = working = emb_bytes;
+      } else if (n.slot == Slot::PostProcess) {
+        kept = working = out_bytes;
+      } else {
+        continue;  // pipeline transfers hold no activations of their own here
+      }
+      int& st = state[key];
+      if (n.phase == Phase::Forward && st == 0) {
+        st = 1;
+        live += kept;
+        ++live_per_mb[n.microbatch];
+      } else if ((n.phase == Phase::Recompute || n.phase == Phase::Backward || n.phase == Phase::Weight) && st == 1) {
+        st = 2;  // the backward (after any recompute) holds the layer's working set
+        live += working - kept;
+      }
+      if (live > peak) {
+        peak = live;
+        peak_mbs = 0;
+        for (const auto& [mb, count] : live_per_mb) peak_mbs += count > 0;
+      }
+      const auto lb = last_backward.find(key);
+      if (lb != last_backward.end() && lb->second == static_cast<int>(i) && st == 2) {
+        live -= working;
+        st = 3;
+        --live_per_mb[n.microbatch];
+      }
+    }
+    const auto pp = static_cast<std::size_t>(rp.pp_rank);
+    const double dense_d = megatron && cfg.optimizer.distributed ? double(cfg.dp) * cfg.cp : 1.0;
+    const double expert_d = megatron && cfg.optimizer.distributed ? double(cfg.edp()) : 1.0;
+    const double weights = 2 * (dense[pp] + expert[pp]);
+    const double gradients = 4 * (dense[pp] + expert[pp]);
+    const double optimizer = 12 * (dense[pp] / dense_d + expert[pp] / expert_d);
+    if (weights + gradients + optimizer + peak > best.total() || best.activations < 0) {
+      best.rank = rp.rank;
+      best.weights = weights;
+      best.gradients = gradients;
+      best.optimizer = optimizer;
+      best.activations = peak;
+      best.microbatches_in_flight = peak_mbs;
+      best.parameters = dense[pp] + expert[pp];
+    }
+  }
+  if (best.activations < 0) best.activations = 0;
+  return best;
+}
+
+}  // namespace ht::schedule

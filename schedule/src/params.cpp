@@ -1,0 +1,63 @@
+// Parameter counts (see params.hpp). The per-symbol totals are costs.cpp's non_expert_params,
+// split by what tensor parallelism shards (megatron-parallel.md 2.3, 2.4).
+#include "ht/schedule/params.hpp"
+
+#include "ht/schedule/costs.hpp"
+
+namespace ht::schedule {
+
+ParamSplit layer_param_split(char symbol, const ModelDims& d) {
+  const double h = d.hidden, total = non_expert_params(symbol, d);
+  double replicated = h;  // the layer's input norm
+  switch (symbol) {
+    case '*':
+    case 'W': replicated += 2.0 * d.qk_norm * d.head_dim; break;
+    case '+':
+    case 'D':
+    case 'C':
+    case 'H':
+      // Down-projections and their norms are replicated (TELinear "duplicated").
+      replicated += h * d.q_lora_rank + h * (double(d.kv_lora_rank) + d.mla_rope_head_dim) + h +
+                    d.q_lora_rank + d.kv_lora_rank;
+      break;
+    case 'E': replicated += h * d.num_experts + d.shared_expert_gate * h + 2.0 * h * d.moe_latent_size; break;
+    default: break;
+  }
+  return {total - replicated, replicated};
+}
+
+ModelParams count_params(const patterns::ParsedPattern& pattern, const ModelDims& d) {
+  ModelParams p;
+  p.embedding = embedding_params(d);
+  p.output = output_params(d) - (d.tied_embeddings ? embedding_params(d) : 0.0);
+  const double per_expert = expert_params_per_expert(d);
+  // (all weights, weights a token uses, routed expert weights) of a run of layer symbols.
+  struct Sum {
+    double all = 0, active = 0, experts = 0;
+  };
+  auto sum = [&](const std::string& symbols) {
+    Sum s;
+    for (char c : symbols) {
+      const double dense = non_expert_params(c, d);
+      s.all += dense;
+      s.active += dense;
+      if (c == 'E') {
+        s.experts += d.num_experts * per_expert;
+        s.all += d.num_experts * per_expert;
+        s.active += d.top_k * per_expert;
+      }
+    }
+    return s;
+  };
+  const Sum main = sum(pattern.flattened_symbols());
+  const Sum depth = sum(pattern.mtp);
+  p.experts = main.experts;
+  const int weight_sets = d.mtp_shared_weights && pattern.mtp_depths > 0 ? 1 : pattern.mtp_depths;
+  p.mtp = weight_sets * (mtp_extra_params(d) + depth.all);
+  p.mtp_active = weight_sets * (mtp_extra_params(d) + depth.active);
+  p.total = p.embedding + p.output + main.all + p.mtp;
+  p.active = p.embedding + p.output + main.active + p.mtp_active;
+  return p;
+}
+
+}  // namespace ht::schedule

@@ -1,0 +1,376 @@
+// Megatron's parallel grid in the plan (megatron-parallel.md 1-6): rank numbering and groups, the
+// derived layout and its refusals, the even pipeline split with its accounting options, the
+// TP/SP and CP collectives around each block, DDP buckets, recomputation. Every expected number
+// is written out here from the reference's rules, not taken from the builder.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <map>
+
+#include "helpers.hpp"
+#include "ht/schedule/check.hpp"
+#include "ht/schedule/costs.hpp"
+#include "ht/schedule/error.hpp"
+#include "ht/schedule/layout.hpp"
+
+using namespace ht::schedule;
+using namespace ht::schedule::test;
+
+namespace {
+
+std::string layout_error(const LayoutRequest& r, ModelDims d = tiny_model()) {
+  try {
+    resolve_layout(r, d);
+  } catch (const ScheduleError& e) {
+    CHECK(e.code() == ErrorCode::BadConfig);
+    return e.what();
+  }
+  return "";
+}
+
+std::string build_error(const std::string& pattern, const ParallelConfig& c, const ScheduleOptions& o,
+                        const ModelDims& d = tiny_model()) {
+  try {
+    make_plan(pattern, c, o, d);
+  } catch (const ScheduleError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+ParallelConfig grid(int tp, int cp, int dp, int pp, int ep, int mbs = 1, int vpp = 0) {
+  ParallelConfig c;
+  c.tp = tp;
+  c.cp = cp;
+  c.dp = dp;
+  c.pp = pp;
+  c.ep = ep;
+  c.vpp = vpp;
+  c.microbatches = mbs;
+  return c;
+}
+
+std::vector<const Node*> nodes_of(const Plan& p, int rank, Phase phase, int microbatch = 0) {
+  std::vector<const Node*> out;
+  for (int id : p.ranks.at(static_cast<std::size_t>(rank)).issue) {
+    const Node& n = p.node(id);
+    if (n.phase == phase && n.microbatch == microbatch) out.push_back(&n);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("ranks follow Megatron's order tp-cp-dp-pp, experts fold etp-ep-edp over the same ranks",
+          "[schedule][layout]") {
+  // The worked example of megatron-parallel.md 1.2: world 16, t 2, c 2, dp 2, p 2, e 4.
+  const ParallelConfig c = grid(2, 2, 2, 2, 4);
+  REQUIRE(c.global_ranks() == 16);
+  REQUIRE(c.edp() == 2);
+  CHECK(group_members(c, 0, Group::Tp) == std::vector<int>{0, 1});
+  CHECK(group_members(c, 5, Group::Tp) == std::vector<int>{4, 5});
+  CHECK(group_members(c, 0, Group::Cp) == std::vector<int>{0, 2});
+  CHECK(group_members(c, 1, Group::Cp) == std::vector<int>{1, 3});
+  CHECK(group_members(c, 0, Group::Dp) == std::vector<int>{0, 2, 4, 6});  // dp x cp: dense gradients
+  CHECK(group_members(c, 9, Group::Dp) == std::vector<int>{9, 11, 13, 15});
+  CHECK(group_members(c, 1, Group::Pp) == std::vector<int>{1, 9});
+  CHECK(group_members(c, 2, Group::Ep) == std::vector<int>{0, 1, 2, 3});
+  CHECK(group_members(c, 14, Group::Ep) == std::vector<int>{12, 13, 14, 15});
+  CHECK(group_members(c, 1, Group::Edp) == std::vector<int>{1, 5});
+  const RankCoords r13 = rank_coords(c, 13);  // 13 = 1 + 2 (0 + 2 (1 + 2 x 1))
+  CHECK(r13 == RankCoords{1, 0, 1, 1, 0, 1, 1});
+  // tp = cp = etp = 1 is the old numbering: rank = pp x dp + dp rank, EP groups consecutive.
+  const ParallelConfig old = grid(1, 1, 4, 2, 2);
+  CHECK(rank_coords(old, 6).pp == 1);
+  CHECK(rank_coords(old, 6).dp == 2);
+  CHECK(group_members(old, 6, Group::Ep) == std::vector<int>{6, 7});
+  CHECK(group_members(old, 5, Group::Edp) == std::vector<int>{5, 7});
+}
+
+TEST_CASE("the layout derives dp and microbatches and names the rule it refuses", "[schedule][layout]") {
+  ModelDims d = tiny_model();
+  d.micro_batch = 1;
+  LayoutRequest r;
+  r.ep = 8;  // alone: the smallest dp whose ranks hold ep
+  CHECK(resolve_layout(r, d).dp == 8);
+  r.tp = 2;  // ep folds over tp x dp: dp 4
+  CHECK(resolve_layout(r, d).dp == 4);
+  LayoutRequest q;
+  q.gpus = 128;
+  q.pp = 4;
+  q.vpp = 3;
+  q.ep = 32;
+  q.gbs = 256;
+  const ParallelConfig c = resolve_layout(q, d);
+  CHECK(c.dp == 32);
+  CHECK(c.microbatches == 8);  // 256 / (32 x 1)
+  CHECK(c.edp() == 1);
+
+  LayoutRequest bad = q;
+  bad.gpus = 130;
+  CHECK_THAT(layout_error(bad, d), Catch::Contains("gpus = 130 must be a multiple of tp x cp x pp = 4"));
+  bad = q;
+  bad.ep = 64;
+  CHECK_THAT(layout_error(bad, d), Catch::Contains("ep x etp = 64 must divide tp x cp x dp = 32"));
+  bad = q;
+  bad.gbs = 250;
+  CHECK_THAT(layout_error(bad, d), Catch::Contains("gbs = 250 must be a multiple of dp x mbs"));
+  bad = q;
+  bad.dp = 16;
+  CHECK_THAT(layout_error(bad, d), Catch::Contains("disagree"));
+}
+
+TEST_CASE("layouts that do not divide the model are refused with the rule", "[schedule][layout]") {
+  const ModelDims d = tiny_model();  // 4 heads, 2 kv heads, 8 mamba heads, 2 groups, seq 32
+  CHECK_THAT(build_error("*-", grid(8, 1, 1, 1, 1), options(false, false)),
+             Catch::Contains("num_heads = 4 must be a multiple of tp = 8"));
+  CHECK_THAT(build_error("M-", grid(4, 1, 1, 1, 1), options(false, false)),
+             Catch::Contains("mamba_groups = 2 must be a multiple of tp = 4"));
+  ModelDims seq = d;
+  seq.seq_len = 36;
+  CHECK_THAT(build_error("*-", grid(1, 4, 1, 1, 1), options(false, false), seq),
+             Catch::Contains("seq_len = 36 must be a multiple of 2 x cp = 8"));
+  CHECK_THAT(build_error("G-", grid(1, 8, 1, 1, 1), options(false, false)),
+             Catch::Contains("must be a multiple of tp x cp = 8"));
+  ModelDims mamba = d;
+  mamba.mamba_num_heads = 12;
+  mamba.mamba_groups = 4;
+  CHECK_THAT(build_error("M-", grid(2, 4, 1, 1, 1), options(false, false), mamba),
+             Catch::Contains("mamba_num_heads / tp = 6 must be a multiple of cp = 4"));
+  // Tensor parallelism larger than the kv heads replicates one head per rank (TE): allowed
+  // when it is a multiple of them.
+  CHECK(build_error("*-", grid(4, 1, 1, 1, 1), options(false, false)).empty());
+}
+
+TEST_CASE("pipe-less patterns split their logical layers evenly, counting embedding and loss if needed",
+          "[schedule][layout]") {
+  // 10 logical layers over pp 2 x vpp 2 = 4 stages: 10 % 4 != 0, (10 + 2) / 4 = 3 per stage with
+  // the embedding taking a slot of the first stage and the loss one of the last.
+  std::string pattern;
+  for (int i = 0; i < 10; ++i) pattern += "[*-]";
+  ParallelConfig c = grid(1, 1, 1, 2, 1, 4, 2);
+  const auto p = ht::patterns::parse(pattern);
+  PipelineSplit used;
+  const auto stages = split_stages(p, c, &used);
+  CHECK(used.account_embedding);
+  CHECK(used.account_loss);
+  REQUIRE(stages.size() == 4);
+  CHECK(stages[0].items.size() == 2);
+  CHECK(stages[1].items.size() == 3);
+  CHECK(stages[2].items.size() == 3);
+  CHECK(stages[3].items.size() == 2);
+  CHECK(stages[1].pp_rank == 1);
+  CHECK(stages[2].vp_stage == 1);
+  CHECK(stages[3].logical_offset == 8);
+  // Asked for explicitly, only the embedding: (10 + 1) does not divide 4.
+  c.split.account_embedding = true;
+  CHECK_THROWS_AS(split_stages(p, c), ScheduleError);
+  // 12 layers over 4 stages divide: nothing is counted.
+  const auto even = ht::patterns::parse(pattern + "[*-][*-]");
+  c.split = {};
+  const auto plain = split_stages(even, c, &used);
+  CHECK_FALSE(used.account_embedding);
+  CHECK(plain[0].items.size() == 3);
+  const Plan plan = make_plan(pattern, grid(1, 1, 1, 2, 1, 4, 2), options(false, false));
+  CHECK(plan.account_embedding);
+}
+
+TEST_CASE("TP splits a block's compute by tp and wraps it in SP all-gather and reduce-scatter on the compute stream",
+          "[schedule][layout]") {
+  const ModelDims d = tiny_model();
+  const Plan one = make_plan("-", grid(1, 1, 1, 1, 1), options(false, false), d);
+  const Plan two = make_plan("-", grid(2, 1, 1, 1, 1), options(false, false), d);
+  const auto f1 = nodes_of(one, 0, Phase::Forward);
+  const auto f2 = nodes_of(two, 0, Phase::Forward);
+  // tp 1: embedding, mlp, post_process. tp 2: embedding + RS, AG + mlp + RS, AG + post_process.
+  auto mlp = [](const std::vector<const Node*>& nodes) {
+    std::vector<const Node*> out;
+    for (const Node* n : nodes)
+      if (n->slot == Slot::Mlp) out.push_back(n);
+    return out;
+  };
+  REQUIRE(mlp(f1).size() == 1);
+  REQUIRE(mlp(f2).size() == 3);
+  const double t = d.tokens(), h = d.hidden, f = d.ffn_hidden;
+  // Forward GEMMs 2 t h (2f) + 2 t f h, SwiGLU 3 t f, all divided by tp (columns or rows).
+  CHECK(mlp(f1)[0]->flops == Approx(2 * t * h * 2 * f + 2 * t * f * h + 3 * t * f));
+  CHECK(mlp(f2)[1]->flops == Approx(mlp(f1)[0]->flops / 2));
+  const Node& gather = *mlp(f2)[0];
+  const Node& scatter = *mlp(f2)[2];
+  CHECK(gather.part == Part::TpGather);
+  CHECK(scatter.part == Part::TpScatter);
+  CHECK(gather.stream == Stream::Compute);
+  // Each rank owns t / tp tokens of h elements and sends them to its one TP peer.
+  REQUIRE(gather.sends.size() == 1);
+  CHECK(gather.sends[0].peer == 1);
+  CHECK(gather.sends[0].bytes == Approx(t / 2 * h * d.bytes_per_element));
+  CHECK(scatter.sends[0].bytes == Approx(t / 2 * h * d.bytes_per_element));
+  const Collective& cg = two.collectives.at(static_cast<std::size_t>(gather.collective));
+  CHECK(cg.kind == CollectiveKind::AllGather);
+  CHECK(cg.group == Group::Tp);
+  CHECK(cg.nodes.size() == 2);
+  CHECK(two.collectives.at(static_cast<std::size_t>(scatter.collective)).kind == CollectiveKind::ReduceScatter);
+  // Backward: gather the output gradient, compute (re-gathering the input alongside), scatter
+  // the input gradient.
+  const auto b2 = mlp(nodes_of(two, 0, Phase::Backward));
+  REQUIRE(b2.size() == 3);
+  CHECK(b2[0]->part == Part::TpGather);
+  CHECK(b2[1]->part == Part::Main);
+  CHECK(b2[1]->collective >= 0);  // the overlapped re-gather
+  CHECK(b2[2]->part == Part::TpScatter);
+  // The pipeline and all-to-all volumes shrink to the owned tokens.
+  CHECK(pipe_bytes(d, {2, 1, 1}) == Approx(pipe_bytes(d) / 2));
+  CHECK(routed_payload_bytes(d, {2, 2, 1}) == Approx(routed_payload_bytes(d) / 4));
+}
+
+TEST_CASE("CP: attention carries its key/value ring overlapped with the core; Mamba exchanges heads", "[schedule][layout]") {
+  const ModelDims d = tiny_model();  // 4 heads, 2 kv heads of 16, seq 32, micro batch 2
+  const Plan plan = make_plan("*M", grid(1, 2, 1, 1, 1), options(false, false), d);
+  const auto f = nodes_of(plan, 0, Phase::Forward);
+  const Node* attention = nullptr;
+  const Node* exchange = nullptr;
+  for (const Node* n : f) {
+    if (n->symbols == "*" && n->part == Part::Main) attention = n;
+    if (n->part == Part::CpExchange) exchange = n;
+  }
+  REQUIRE(attention != nullptr);
+  REQUIRE(exchange != nullptr);
+  // (cp - 1) = 1 block of K and V: N = 2 x 32 / 2 tokens x 2 kv heads x (16 + 16) x 2 bytes.
+  REQUIRE(attention->sends.size() == 1);
+  CHECK(attention->sends[0].peer == 1);
+  CHECK(attention->sends[0].bytes == Approx(32.0 * 2 * 32 * 2));
+  CHECK(plan.collectives.at(static_cast<std::size_t>(attention->collective)).group == Group::Cp);
+  // Mamba under CP: z, x (2 x 128), B, C (2 x 2 x 16, groups replicated to cp), dt (8), y (128)
+  // per token of the shard, each exchange keeping 1/cp.
+  const double elements = 32.0 * (2 * 128 + 2 * 2 * 16 + 8 + 128);
+  CHECK(exchange->sends[0].bytes == Approx(elements * 2 / 2));
+  // The attention core's work is 1/cp of the whole sequence's.
+  const Plan one = make_plan("*M", grid(1, 1, 1, 1, 1), options(false, false), d);
+  double core_one = 0, core_two = 0;
+  for (const Node* n : nodes_of(one, 0, Phase::Forward))
+    if (n->slot == Slot::PreDispatch) core_one += n->flops;
+  for (const Node* n : f)
+    if (n->slot == Slot::PreDispatch) core_two += n->flops;
+  CHECK(core_two == Approx(core_one / 2));
+}
+
+TEST_CASE("Megatron's DDP: bucketed reductions wait for the last microbatch's backward of their layers",
+          "[schedule][layout]") {
+  ModelDims d = tiny_model();
+  ParallelConfig c = grid(1, 1, 2, 1, 1, 3);
+  c.optimizer.sync = GradSync::Megatron;
+  c.optimizer.distributed = true;
+  c.optimizer.overlap_grad_reduce = true;
+  c.optimizer.overlap_param_gather = true;
+  // Buckets of 3000 elements over 4 dense layers of about 2 x 64 x 128 + 64 x 128... elements.
+  c.optimizer.bucket_elements = 30000;
+  const Plan plan = make_plan("----", c, options(false, false), d);
+  std::vector<const Node*> reduces, gathers;
+  const Node* step = nullptr;
+  for (int id : plan.ranks[0].issue) {
+    const Node& n = plan.node(id);
+    if (n.slot == Slot::GradAllReduce) reduces.push_back(&n);
+    if (n.slot == Slot::ParamGather) gathers.push_back(&n);
+    if (n.slot == Slot::OptimizerStep) step = &n;
+  }
+  // '-' holds 3 x 64 x 128 + 64 = 24640 elements: buckets close after 2 layers (embedding 8192
+  // and output 8192 + 64 fall in the last and first bucket).
+  REQUIRE(reduces.size() >= 2);
+  REQUIRE(gathers.size() == reduces.size());
+  REQUIRE(step != nullptr);
+  for (const Node* r : reduces) {
+    CHECK(r->stream == Stream::Dp);
+    CHECK(plan.collectives.at(static_cast<std::size_t>(r->collective)).kind == CollectiveKind::ReduceScatter);
+    for (int dep : r->deps) CHECK(plan.node(dep).microbatch == 2);  // the last microbatch only
+  }
+  // The first bucket (the output end) is ready before the backward reaches the first layers.
+  int last_backward = 0;
+  for (int id : plan.ranks[0].issue)
+    if (plan.node(id).phase == Phase::Backward && plan.node(id).microbatch == 2) last_backward = std::max(last_backward, id);
+  CHECK(*std::max_element(reduces.front()->deps.begin(), reduces.front()->deps.end()) < last_backward);
+  // Every forward of microbatch 0 of a layer waits for its bucket's parameter gather.
+  for (int id : plan.ranks[0].issue) {
+    const Node& n = plan.node(id);
+    if (n.phase == Phase::Forward && n.microbatch == 0 && n.slot == Slot::Mlp) {
+      const bool waits = std::any_of(n.deps.begin(), n.deps.end(),
+                                     [&](int dep) { return plan.node(dep).slot == Slot::ParamGather; });
+      CHECK(waits);
+    }
+  }
+  // Reduce-scatter bytes: fp32 gradients, 1/dp of the bucket to each peer.
+  double bucketed = 0;
+  for (const Node* r : reduces) {
+    bucketed += r->mem_bytes / 4;
+    CHECK(r->sends[0].bytes == Approx(r->mem_bytes / 2));
+  }
+  const double layer = 3.0 * 64 * 128 + 64;
+  CHECK(bucketed == Approx(4 * layer + 128.0 * 64 + 128.0 * 64 + 64));
+  // The optimizer step reads and writes every sharded parameter: 34 bytes each over dp 2.
+  CHECK(step->mem_bytes == Approx(34 * bucketed / 2));
+  // Without overlap there is one reduction per buffer after the whole backward.
+  c.optimizer.overlap_grad_reduce = false;
+  c.optimizer.overlap_param_gather = false;
+  const Plan late = make_plan("----", c, options(false, false), d);
+  int late_reduces = 0;
+  for (const Node& n : late.nodes) late_reduces += n.slot == Slot::GradAllReduce && n.rank == 0;
+  CHECK(late_reduces == 1);
+}
+
+TEST_CASE("recomputation replays forward work before the backward and refuses the overlap where Megatron does",
+          "[schedule][layout]") {
+  const ModelDims d = tiny_model();
+  ParallelConfig c = grid(1, 1, 2, 1, 2, 2);
+  c.recompute.full = true;
+  const Plan full = make_plan("[*E]-", c, options(false, false), d);
+  double forward = 0, recompute = 0;
+  for (const Node& n : full.nodes)
+    if (n.rank == 0 && n.microbatch == 0 && n.layer >= 0) {
+      if (n.phase == Phase::Forward) forward += n.flops;
+      if (n.phase == Phase::Recompute) recompute += n.flops;
+    }
+  CHECK(recompute == Approx(forward));
+  // The replayed all-to-alls rendezvous like the forward's.
+  int recomputed_a2a = 0;
+  for (const Node& n : full.nodes) recomputed_a2a += n.rank == 0 && n.phase == Phase::Recompute && n.slot == Slot::Dispatch;
+  CHECK(recomputed_a2a == 2);
+  CHECK_THAT(build_error("[*E]-", c, options(true, true), d), Catch::Contains("full recomputation is not supported"));
+  ParallelConfig moe = grid(1, 1, 2, 1, 2, 2);
+  moe.recompute = parse_recompute("moe");
+  CHECK_THAT(build_error("[*E]", moe, options(true, true), d), Catch::Contains("'moe' module"));
+  // Selective moe_act replays the experts' activation only: 3 x copies x moe_ffn flops.
+  ParallelConfig act = grid(1, 1, 2, 1, 2, 2);
+  act.recompute = parse_recompute("moe_act");
+  const Plan plan = make_plan("[*E]", act, options(true, true), d);
+  double replayed = 0;
+  for (const Node& n : plan.nodes)
+    if (n.rank == 0 && n.microbatch == 0 && n.phase == Phase::Recompute) replayed += n.flops;
+  CHECK(replayed == Approx(3 * routed_copies(d, 2, 0, 0) * d.moe_ffn_hidden));
+  try {
+    parse_recompute("core_attn,bogus");
+    FAIL("an unknown module was accepted");
+  } catch (const ScheduleError& e) {
+    CHECK_THAT(std::string(e.what()), Catch::Contains("unknown recompute module 'bogus'"));
+  }
+}
+
+TEST_CASE("plans with tp > 1 pass the structural and deadlock checks and the engines refuse them",
+          "[schedule][layout]") {
+  ParallelConfig c = grid(2, 2, 2, 2, 4, 4, 2);
+  c.optimizer.sync = GradSync::Megatron;
+  c.optimizer.distributed = true;
+  c.optimizer.overlap_grad_reduce = true;
+  c.optimizer.overlap_param_gather = true;
+  c.recompute = parse_recompute("moe_act,layernorm");
+  ModelDims d = tiny_model();
+  d.shared_expert_ffn = 32;
+  const Plan plan = make_plan("[M*E]|[*E]|[M-]|[*E]", c, options(true, true), d);
+  CHECK(plan.ranks.size() == 16);
+  for (const Collective& col : plan.collectives) {
+    // Every member of a collective sits on a distinct rank of one group instance.
+    std::vector<int> ranks;
+    for (int m : col.nodes) ranks.push_back(plan.node(m).rank);
+    std::sort(ranks.begin(), ranks.end());
+    if (col.kind != CollectiveKind::PointToPoint) CHECK(ranks == group_members(c, ranks.front(), col.group));
+  }
+  CHECK(beyond_engines(plan).find("tensor parallelism (tp 2)") != std::string::npos);
+}

@@ -1,0 +1,38 @@
+// rapidcheck generators of Megatron layouts on top of a plan case (plan_gen.hpp): tensor and
+// context parallelism (sizes 1 or 2, which every tiny model divides), expert tensor parallelism,
+// Megatron's gradient sync with or without the distributed optimizer and its overlaps, and
+// recomputation within Megatron's rules (full and `moe` only without the EP overlap).
+#pragma once
+
+#include <rapidcheck.h>
+
+#include "ht/schedule/config.hpp"
+#include "ht/verify/plan_gen.hpp"
+
+namespace ht::verify::gen {
+
+inline rc::Gen<PlanCase> layout_case() {
+  return rc::gen::exec([] {
+    PlanCase c = *plan_case();
+    schedule::ParallelConfig& p = c.config;
+    p.tp = *rc::gen::element(1, 2);
+    p.cp = *rc::gen::element(1, 2);
+    // ep divides dp already; etp 2 when ep x 2 still divides tp x cp x dp.
+    if (p.stage_ranks() % (p.ep * 2) == 0 && *rc::gen::arbitrary<bool>()) p.etp = 2;
+    if (*rc::gen::arbitrary<bool>()) {
+      p.optimizer.sync = schedule::GradSync::Megatron;
+      p.optimizer.distributed = *rc::gen::arbitrary<bool>();
+      p.optimizer.overlap_grad_reduce = *rc::gen::arbitrary<bool>();
+      p.optimizer.overlap_param_gather =
+          p.optimizer.distributed && p.optimizer.overlap_grad_reduce && *rc::gen::arbitrary<bool>();
+      p.optimizer.bucket_elements = *rc::gen::element(0.0, 5000.0, 20000.0);
+    }
+    const int recompute = *rc::gen::inRange(0, 4);
+    if (recompute == 1 && !c.options.overlap) p.recompute.full = true;
+    if (recompute == 2) p.recompute.modules = *rc::gen::inRange(1, 128) & ~unsigned(schedule::kRecomputeMoe);
+    if (recompute == 3 && !c.options.overlap) p.recompute.modules = *rc::gen::inRange(1, 128);
+    return c;
+  });
+}
+
+}  // namespace ht::verify::gen

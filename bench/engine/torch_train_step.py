@@ -248,7 +248,7 @@ def main():
     d, steps = Path(sys.argv[1]), int(sys.argv[2])
     manifest = json.loads((d / "ckpt" / "manifest.json").read_text())
     cfg, pattern = manifest["config"], manifest["pattern"]
-    _, W = L.read_safetensors(d / "ckpt" / "model.safetensors")
+    _, W = L.read_safetensors(d / "ckpt" / manifest["files"]["model"]["file"])
     _, Bt = L.read_safetensors(d / "batch.safetensors")
     W = {k: v.to(DEVICE) for k, v in W.items()}
     tokens, targets = Bt["tokens"].long().to(DEVICE), Bt["targets"].long().to(DEVICE)

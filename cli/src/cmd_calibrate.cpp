@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "command.hpp"
-#include "ht/schedule/atomic_file.hpp"
+#include "ht/io/output_file.hpp"
 #include "ht/patterns/pattern.hpp"
 #include "ht/schedule/build.hpp"
 #include "ht/schedule/config.hpp"
@@ -37,7 +37,7 @@ int meta_int(const traces::Timeline& t, const std::string& key, int fallback) {
   try {
     return v.empty() ? fallback : std::stoi(v);
   } catch (const std::logic_error&) {
-    throw UsageError("trace metadata " + key + " = '" + v + "' is not an integer");
+    throw UsageError("trace metadata " + key + " = '" + v + "' (from the trace's otherData.metadata) is not an integer");
   }
 }
 
@@ -57,12 +57,22 @@ std::optional<schedule::Plan> measured_plan(const traces::Timeline& t) {
   schedule::ScheduleOptions so;
   so.overlap = meta(t, "overlap") == "true";
   so.delay_wgrad = meta(t, "delay_wgrad") == "true";
-  schedule::Plan plan = schedule::build_plan(patterns::parse(pattern), schedule::model_dims_from_json(dims), pc, so);
+  schedule::Plan plan;
+  try {
+    plan = schedule::build_plan(patterns::parse(pattern), schedule::model_dims_from_json(dims), pc, so);
+  } catch (const std::exception& e) {
+    throw UsageError(std::string("the trace's metadata (pattern, model_dims, ep, pp, vpp, ranks, microbatches) "
+                                 "describes a plan that cannot be built: ") + e.what() +
+                     " (use --no-fit-wake to calibrate without replaying it)");
+  }
   if (!meta(t, "schedule").empty() && plan.schedule != meta(t, "schedule")) return std::nullopt;
   return plan;
 }
 
 int run(const CalibrateArgs& a) {
+  // Outputs are checked before the trace is read and the measured plan replayed.
+  if (!a.output.empty()) io::check_output_file(a.output, "calibration");
+  if (!a.model_out.empty()) io::check_output_file(a.model_out, "model file");
   const traces::Timeline t = traces::read_chrome_trace(a.trace);
   sim::Calibration c = sim::calibrate(t);
   // The wake-up latency that makes the twin replay the measured run in its measured step time.
@@ -77,7 +87,7 @@ int run(const CalibrateArgs& a) {
   const std::string dims = meta(t, "model_dims");
   if (!a.model_out.empty()) {
     if (dims.empty()) throw UsageError("--model-out: the trace records no model_dims (write it with `hybrid-twin train --trace`)");
-    schedule::detail::write_file_atomically(a.model_out, dims + "\n");
+    io::write_output_file(a.model_out, "model file", schedule::model_dims_to_json(schedule::model_dims_from_json(dims)));
   }
   if (a.json) {
     std::cout << sim::calibration_to_json(c);

@@ -15,7 +15,9 @@
 #include <nlohmann/json.hpp>
 
 #include "command.hpp"
+#include "ht/io/output_file.hpp"
 #include "ht/patterns/pattern.hpp"
+#include "ht/verify/case_schema.hpp"
 #include "ht/verify/property.hpp"
 #include "ht/verify/runner.hpp"
 
@@ -70,7 +72,12 @@ int replay_file(const FuzzArgs& a) {
   if (!verify::find_property(ce.property))
     throw UsageError("counterexample names property '" + ce.property + "', which this build does not have");
   std::cerr << "fuzz: replaying " << ce.property << " on " << ce.input.dump() << "\n";
-  const auto failure = verify::replay(ce);
+  std::optional<std::string> failure;
+  try {
+    failure = verify::replay(ce);
+  } catch (const verify::BadCase& e) {  // the file is wrong, not the property: exit 2
+    throw UsageError(a.replay_file + ": " + e.what());
+  }
   if (a.json_out) {
     std::cout << nlohmann::json{{"property", ce.property}, {"result", failure ? "fail" : "pass"},
                                 {"message", failure.value_or("")}}
@@ -126,6 +133,11 @@ int run(const FuzzArgs& a) {
   std::cerr << "fuzz: seed " << options.seed << ", "
             << (a.seconds > 0 ? std::to_string(a.seconds) + " s" : std::to_string(options.cases) + " cases")
             << " per property" << (a.pattern.empty() ? "" : ", pattern '" + a.pattern + "'") << "\n";
+  if (!a.out_dir.empty()) {  // before the first case: a failure must have somewhere to go
+    std::error_code ec;
+    std::filesystem::create_directories(a.out_dir, ec);
+    io::check_output_file(std::filesystem::path(a.out_dir) / "counterexample-probe.json", "counterexample");
+  }
   Progress progress(isatty(2));
   std::vector<verify::RunResult> rows;
   for (const auto* p : chosen) {
@@ -134,7 +146,6 @@ int run(const FuzzArgs& a) {
     verify::RunResult r = verify::run_property(*p, options);
     progress.done(r);
     if (r.counterexample) {
-      std::filesystem::create_directories(a.out_dir);
       const auto path = std::filesystem::path(a.out_dir) / file_name_for(p->name);
       verify::write_counterexample(path, *r.counterexample);
       std::cerr << "fuzz: counterexample written to " << path.string() << " (replay: hybrid-twin fuzz --replay "

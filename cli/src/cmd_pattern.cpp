@@ -148,7 +148,7 @@ const Registration reg{{
     "Validate a hybrid layer pattern and show its layers, pipeline stages and checkpoint keys",
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<PatternArgs>();
-      sub.add_option("PATTERN", a->pattern, "hybrid layer pattern, e.g. 'M[*E]M[*E]-' or 'M*|M-/*E'")->required();
+      sub.add_option("--pattern,PATTERN", a->pattern, "hybrid layer pattern, e.g. 'M[*E]M[*E]-' or 'M*|M-/*E'")->required();
       sub.add_option("--pp", a->pp, "pipeline-parallel size")->check(CLI::PositiveNumber);
       sub.add_option("--vpp", a->vpp, "virtual pipeline stages per rank (needs '|' in the pattern)")
           ->check(CLI::PositiveNumber);

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "command.hpp"
+#include "ht/io/output_file.hpp"
 #include "ht/patterns/pattern.hpp"
 #include "ht/schedule/build.hpp"
 #include "ht/schedule/plan_json.hpp"
@@ -98,6 +99,7 @@ int run(const PlanArgs& a) {
   const auto parsed = ht::patterns::parse(pattern);
   hs::ModelDims dims = card.dims;
   const hs::ParallelConfig parallel = a.layout.resolve(dims);
+  if (!a.output.empty()) io::check_output_file(a.output, "plan file");  // before the build
   const hs::Plan plan = hs::build_plan(parsed, dims, parallel, a.schedule.resolve(parallel, parsed.mtp_depths));
   if (!a.output.empty()) {
     hs::save_plan(a.output, plan);

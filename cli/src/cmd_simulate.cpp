@@ -7,13 +7,16 @@
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "command.hpp"
+#include "ht/io/output_file.hpp"
 #include "ht/patterns/pattern.hpp"
 #include "ht/schedule/build.hpp"
+#include "ht/schedule/plan_size.hpp"
 #include "ht/schedule/flops.hpp"
 #include "ht/schedule/layout.hpp"
 #include "ht/schedule/memory.hpp"
@@ -294,6 +297,22 @@ void apply(Setup& s, const std::string& key, const std::string& v) {
   }
 }
 
+// A sweep combination whose plan would be too large to build is refused before the first replay
+// (a cell's other errors are reported in its row). A pattern that does not parse is a cell error.
+void check_plan_size_of(const Setup& s, const std::string& label) {
+  std::optional<ht::patterns::ParsedPattern> parsed;
+  try {
+    parsed = ht::patterns::parse(s.pattern);
+  } catch (const std::exception&) {
+    return;
+  }
+  try {
+    hs::check_plan_size(*parsed, s.parallel);
+  } catch (const std::exception& e) {
+    throw UsageError("--sweep " + label + ": " + e.what());
+  }
+}
+
 // Overlap forced on or off for one column; delayed wgrad follows the user's flags.
 Setup with_overlap(Setup s, const ScheduleFlags& flags, bool overlap) {
   s.options.overlap = overlap;
@@ -317,6 +336,12 @@ std::string row_cell(const std::function<Run()>& f, nlohmann::json& out, Run* ke
 int run_sweep(const Setup& base, const SimulateArgs& a, const sim::ReplayOptions& ro) {
   std::vector<Axis> axes;
   for (const auto& s : a.sweeps) axes.push_back(parse_axis(s));
+  double combinations = 1;
+  for (const auto& axis : axes) combinations *= static_cast<double>(axis.values.size());
+  constexpr double kMaxSweepRows = 10000;  // each row is two replays
+  if (combinations > kMaxSweepRows)
+    throw UsageError("--sweep asks for " + std::to_string(static_cast<long long>(combinations)) +
+                     " combinations, more than the limit of 10000 (each is two simulations)");
   std::vector<std::vector<std::string>> combos = {{}};
   for (const auto& axis : axes) {
     std::vector<std::vector<std::string>> next;
@@ -328,9 +353,23 @@ int run_sweep(const Setup& base, const SimulateArgs& a, const sim::ReplayOptions
       }
     combos = std::move(next);
   }
-  for (const auto& axis : axes) {  // reject unknown keys before the first long replay
-    Setup probe = base;
-    apply(probe, axis.key, axis.values.front());
+  // Every value of every axis is checked before the first long replay: an unknown key or a
+  // value that is not a number (ep=abc), then every combination for a plan too large to build
+  // (microbatches=1e9). Settings that merely do not fit together (dp not a multiple of ep) stay
+  // cells of the table, each with its reason.
+  for (const auto& axis : axes)
+    for (const auto& v : axis.values) {
+      Setup probe = base;
+      apply(probe, axis.key, v);
+    }
+  for (const auto& combo : combos) {
+    Setup s = base;
+    std::string label;
+    for (std::size_t k = 0; k < axes.size(); ++k) {
+      apply(s, axes[k].key, combo[k]);
+      label += (label.empty() ? "" : " ") + axes[k].key + "=" + combo[k];
+    }
+    check_plan_size_of(s, label);
   }
   nlohmann::json rows = nlohmann::json::array();
   if (!a.json_out) {
@@ -453,6 +492,9 @@ int run(const SimulateArgs& a) {
       throw UsageError("--sweep and --compare-grouping cannot be combined");
     return a.compare_grouping ? run_compare_grouping(s, a, ro) : run_sweep(s, a, ro);
   }
+  // Output locations are checked before the replay, which may take minutes.
+  if (!a.trace_out.empty()) io::check_output_file(a.trace_out, "trace");
+  if (!a.svg_out.empty()) io::check_output_file(a.svg_out, "SVG");
   const bool timeline = !a.trace_out.empty() || !a.svg_out.empty();
   Run r = simulate(s, ro, timeline);
   if (!a.trace_out.empty()) {

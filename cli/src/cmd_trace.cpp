@@ -9,6 +9,7 @@
 #include <string>
 
 #include "command.hpp"
+#include "ht/io/output_file.hpp"
 #include "ht/traces/chrome.hpp"
 #include "ht/traces/compare.hpp"
 #include "ht/traces/overlap.hpp"
@@ -62,6 +63,7 @@ int run(const TraceArgs& a) {
   if (!a.to.empty()) options.to_s = tr::parse_seconds(a.to);
   options.width_px = a.width;
   options.title = a.title;
+  io::check_output_file(a.output, "SVG");  // before reading a trace of possibly gigabytes
   const tr::Timeline t = load(a.file, a);
   tr::write_svg(t, a.output, options);
   std::cerr << "wrote " << a.output << "\n";

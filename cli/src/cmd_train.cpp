@@ -9,6 +9,7 @@
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -16,7 +17,11 @@
 #include "ht/engine/checkpoint.hpp"
 #include "ht/engine/data.hpp"
 #include "ht/engine/exec/executor.hpp"
+#include "ht/engine/memory_estimate.hpp"
 #include "ht/engine/model.hpp"
+#include "ht/io/error.hpp"
+#include "ht/io/interrupt.hpp"
+#include "ht/io/output_file.hpp"
 #include "ht/engine/optimizer.hpp"
 #include "ht/patterns/pattern.hpp"
 #include "ht/schedule/build.hpp"
@@ -120,6 +125,8 @@ int run_executor(TrainArgs a) {
   }
   const bool lead = !group || group->process() == 0;
   if (!lead) a.quiet = true;
+  he::check_training_memory(parsed, a.cfg, a.batch, a.seq, a.parallel.global_ranks());
+  if (!a.trace.empty()) io::check_output_file(process_trace_path(a.trace, group.get()), "trace");
   std::unique_ptr<he::exec::Executor> cpu;
   std::unique_ptr<he::cuda::DeviceExecutor> dev;
   StepRunner ex;
@@ -329,6 +336,7 @@ int run_device_data_parallel(const TrainArgs& a) {
   if (a.steps < 0) throw UsageError("--steps must be >= 0");
   const auto parsed = patterns::parse(a.pattern.empty() ? "M*-E" : a.pattern);
   const int ranks = a.parallel.dp;
+  he::check_training_memory(parsed, a.cfg, a.batch, a.seq, ranks);
   auto dp = a.backend == "cuda" ? he::cuda::make_cuda_data_parallel(parsed, a.cfg, a.seed, ranks)
                                 : he::cuda::make_host_data_parallel(parsed, a.cfg, a.seed, ranks);
   const auto corpus = he::load_corpus(a.data);
@@ -412,6 +420,11 @@ int run(TrainArgs a) {
   }
   if (pattern_text.empty()) pattern_text = "M*-E";  // the small default model
   const auto parsed = patterns::parse(pattern_text);
+  // Everything that can be refused is refused before the first step: the memory the sizes need,
+  // and the places the checkpoint and the trace go to.
+  he::check_training_memory(parsed, a.cfg, a.batch, a.seq);
+  if (!a.checkpoint.empty()) io::check_output_directory(a.checkpoint, "checkpoint directory");
+  if (!a.trace.empty()) io::check_output_file(a.trace, "trace");
   he::HybridModel<float> model(parsed, a.cfg, a.seed);
   if (!a.resume.empty()) start_step = he::load_checkpoint(a.resume, model, &state).step;
   if (!a.import_gpt.empty()) he::import_gpt(a.import_gpt, model);
@@ -429,6 +442,32 @@ int run(TrainArgs a) {
               << a.seq << " bytes of " << corpus.source << " (" << corpus.bytes.size() << " bytes)"
               << (device ? ", on " + device->device() : std::string()) << "\n";
 
+  // With a checkpoint, SIGINT/SIGTERM stop the run between steps (or abandon a checkpoint being
+  // written): the last completed checkpoint stays loadable, and the exit code is 128 + signal.
+  std::optional<io::DeferredInterrupts> deferred;
+  if (!a.checkpoint.empty()) deferred.emplace();
+  std::optional<std::int64_t> saved_step;
+  auto stop = [&](std::int64_t done) {
+    const int sig = io::interrupt_signal();
+    std::cerr << "interrupted by " << io::signal_name(sig) << " after step " << done << "; checkpoint '" << a.checkpoint
+              << "' "
+              << (saved_step ? "holds step " + std::to_string(*saved_step) : std::string("was left as it was"))
+              << "\n";
+    return 128 + sig;
+  };
+  // Saves, or returns the exit code of an interrupted run.
+  auto save = [&](std::int64_t at, std::int64_t done) -> std::optional<int> {
+    if (io::interrupt_signal() != 0) return stop(done);
+    if (device) pull_from_device(*device, state);
+    try {
+      he::save_checkpoint(a.checkpoint, model, &state, at, a.seed);
+    } catch (const io::IoError& e) {
+      if (e.code() == io::IoErrorCode::Interrupted) return stop(done);
+      throw;
+    }
+    saved_step = at;
+    return std::nullopt;
+  };
   std::vector<double> losses, lm_losses;
   double seconds = 0;
   // --trace on a device: every step's slot spans; the chosen one (--trace-step) is written.
@@ -466,16 +505,16 @@ int run(TrainArgs a) {
                 << static_cast<double>(a.batch) * a.seq / dt << " tok/s\n"
                 << std::defaultfloat;
     }
-    if (!a.checkpoint.empty() && a.checkpoint_every > 0 && (i + 1) % a.checkpoint_every == 0 && i + 1 < a.steps) {
-      if (device) pull_from_device(*device, state);
-      he::save_checkpoint(a.checkpoint, model, &state, step + 1, a.seed);
-    }
+    if (!a.checkpoint.empty() && a.checkpoint_every > 0 && (i + 1) % a.checkpoint_every == 0 && i + 1 < a.steps)
+      if (const auto code = save(step + 1, step + 1)) return *code;
+    if (io::interrupt_signal() != 0) return stop(step + 1);
   }
   const std::int64_t end_step = start_step + a.steps;
   if (device) pull_from_device(*device, state);
   if (device && !a.trace.empty() && !traced_steps.empty())
     write_device_trace(a, parsed, traced_steps, device->device());
-  if (!a.checkpoint.empty()) he::save_checkpoint(a.checkpoint, model, &state, end_step, a.seed);
+  if (!a.checkpoint.empty())
+    if (const auto code = save(end_step, end_step)) return *code;
   const double tokens_per_s = seconds > 0 ? static_cast<double>(a.steps) * a.batch * a.seq / seconds : 0.0;
   const double final_loss = losses.empty() ? 0.0 : losses.back();
 

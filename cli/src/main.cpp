@@ -1,6 +1,8 @@
 // hybrid-twin: one executable with subcommands (pattern, simulate, train, verify, fuzz, trace).
 // Errors on user input become one line "error: ..." on stderr and exit code 2; a pattern error
-// also shows the pattern with a caret under the offending character.
+// also shows the pattern with a caret under the offending character. SIGINT/SIGTERM remove the
+// temporary files of outputs being written (ht::io); a command that stops cleanly on them (train)
+// exits 128 + the signal.
 // Two hidden ways to parse without running (scripts/check-doc-commands uses them to check that
 // every command shown in README.md and docs/ still parses, without a GPU or earlier outputs):
 //   hybrid-twin --check-args <command> ...   parses one command line, exits 0 when it parses;
@@ -8,14 +10,18 @@
 //                                            its own; prints "ok" or "error: ..." per line, exits
 //                                            1 if any failed (one process: the libraries load once).
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <new>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "command.hpp"
+#include "ht/io/error.hpp"
+#include "ht/io/interrupt.hpp"
 #include "ht/patterns/error.hpp"
 
 namespace ht::cli {
@@ -23,6 +29,23 @@ std::vector<CommandSpec>& registry() {
   static std::vector<CommandSpec> commands;
   return commands;
 }
+namespace {
+
+// A pattern that starts with '-' ("-M-") reads as an option to the parser; the parse error alone
+// ("PATTERN is required", "unexpected argument") does not say why.
+std::string dash_pattern_hint(int argc, char** argv) {
+  for (int i = 2; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") break;
+    if (arg.size() < 2 || arg[0] != '-' || arg[1] == '-') continue;
+    if (arg.find_first_not_of("-MG*D+CHWE[]|/") == std::string::npos)
+      return "'" + arg + "' starts with '-', so it reads as an option: put '--' before a pattern that starts with "
+             "'-' (hybrid-twin " + std::string(argv[1]) + " -- '" + arg + "'), or write --pattern='" + arg + "'";
+  }
+  return "";
+}
+
+}  // namespace
 }  // namespace ht::cli
 
 namespace {
@@ -62,6 +85,7 @@ int check_args_from(CLI::App& app, const std::string& file) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ht::io::install_interrupt_handlers();
   CLI::App app{"hybrid-twin: design, simulate, train and verify grouped hybrid models with "
                "expert-parallel overlap"};
   app.require_subcommand(1);
@@ -87,6 +111,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
     std::cerr << "error: " << e.what() << "\n";
+    if (const std::string hint = ht::cli::dash_pattern_hint(argc, argv); !hint.empty())
+      std::cerr << "note: " << hint << "\n";
     std::cerr << "run 'hybrid-twin --help' or 'hybrid-twin <command> --help' for usage\n";
     return 2;
   }
@@ -97,6 +123,15 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const ht::patterns::PatternError& e) {
     std::cerr << "error: " << e.what() << "\n" << e.caret_line();
+    return 2;
+  } catch (const ht::io::IoError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    if (e.code() == ht::io::IoErrorCode::Interrupted && ht::io::interrupt_signal() != 0)
+      return 128 + ht::io::interrupt_signal();
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "error: out of memory: the input asks for more memory than this process may use "
+                 "(reduce the sizes it gives, or raise the memory limit)\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";

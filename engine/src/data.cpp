@@ -1,10 +1,9 @@
 // Byte-level corpus loading and batch sampling (see data.hpp).
 #include "ht/engine/data.hpp"
 
-#include <fstream>
-#include <iterator>
-
 #include "ht/engine/error.hpp"
+#include "ht/io/error.hpp"
+#include "ht/io/input_file.hpp"
 #include "ht/engine/rng.hpp"
 
 namespace ht::engine {
@@ -17,26 +16,37 @@ std::string_view builtin_text() {
 }
 
 namespace {
-bool read_file(const std::string& path, std::vector<std::uint8_t>& out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  out.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  return !in.bad();
+// The whole text is held in memory as bytes; 1 GiB is far more than a byte-level toy run needs.
+constexpr std::uint64_t kCorpusLimit = std::uint64_t{1} << 30;
+
+void read_file(const std::string& path, std::vector<std::uint8_t>& out) {
+  const std::string text = io::read_input_file(path, kCorpusLimit, "training text");
+  out.assign(text.begin(), text.end());
 }
 }  // namespace
 
 TextCorpus load_corpus(const std::string& path) {
   TextCorpus c;
   if (!path.empty()) {
-    if (!read_file(path, c.bytes)) throw EngineError(ErrorCode::Io, "cannot read training text '" + path + "'");
+    try {
+      read_file(path, c.bytes);
+    } catch (const io::IoError& e) {
+      throw EngineError(ErrorCode::Io, e.what());
+    }
     c.source = path;
     return c;
   }
-  for (const char* os_text : {"/usr/share/common-licenses/GPL-3", "/usr/share/common-licenses/Apache-2.0"})
-    if (read_file(os_text, c.bytes) && c.bytes.size() > 1024) {
+  for (const char* os_text : {"/usr/share/common-licenses/GPL-3", "/usr/share/common-licenses/Apache-2.0"}) {
+    try {
+      read_file(os_text, c.bytes);
+    } catch (const io::IoError&) {
+      continue;  // not on this system: the next one, then the built-in text
+    }
+    if (c.bytes.size() > 1024) {
       c.source = os_text;
       return c;
     }
+  }
   const auto text = builtin_text();
   c.bytes.assign(text.begin(), text.end());
   c.source = "builtin:default.txt";
@@ -50,7 +60,7 @@ Batch sample_batch(const TextCorpus& corpus, int batch, int seq, std::uint64_t s
     throw EngineError(ErrorCode::BadInput, "training text '" + corpus.source + "' has " +
                                                std::to_string(corpus.bytes.size()) +
                                                " bytes, fewer than sequence length + 1 = " +
-                                               std::to_string(seq + 1));
+                                               std::to_string(std::int64_t{seq} + 1));
   Batch b{Tensor<int>({batch, seq}), Tensor<int>({batch, seq})};
   Rng rng(seed, "batch/" + std::to_string(step));
   const auto span = corpus.bytes.size() - static_cast<std::size_t>(seq);

@@ -5,14 +5,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include "ht/engine/error.hpp"
+#include "ht/io/error.hpp"
+#include "ht/io/input_file.hpp"
+#include "ht/io/json_input.hpp"
+#include "ht/io/output_file.hpp"
 
 namespace ht::engine {
 namespace {
@@ -23,41 +22,21 @@ constexpr std::uint64_t kMaxHeader = 100u << 20;  // the reference implementatio
   throw EngineError(ErrorCode::BadCheckpoint, "checkpoint file '" + path + "': " + what);
 }
 
-// Writes bytes to path.tmp.<pid>, flushes to disk, renames over path.
-void write_atomically(const std::string& path, const std::string& header,
-                      const std::vector<std::pair<const char*, std::size_t>>& chunks) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw EngineError(ErrorCode::Io, "cannot create '" + tmp + "': " + std::strerror(errno));
-  auto put = [&](const char* p, std::size_t n) {
-    while (n > 0) {
-      const ssize_t w = ::write(fd, p, n);
-      if (w < 0) {
-        const int err = errno;
-        ::close(fd);
-        std::remove(tmp.c_str());
-        throw EngineError(ErrorCode::Io, "cannot write '" + tmp + "': " + std::strerror(err));
-      }
-      p += w;
-      n -= static_cast<std::size_t>(w);
-    }
-  };
-  put(header.data(), header.size());
-  for (auto [p, n] : chunks) put(p, n);
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    std::remove(tmp.c_str());
-    throw EngineError(ErrorCode::Io, "cannot flush '" + tmp + "'");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    std::remove(tmp.c_str());
-    throw EngineError(ErrorCode::Io, "cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(err));
-  }
-}
-
 }  // namespace
 
-void write_safetensors(const std::string& path,
+std::uint64_t fnv1a_update(std::uint64_t h, const void* bytes, std::size_t n) {
+  const auto* p = static_cast<const unsigned char*>(bytes);
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+std::string fnv1a_hex(std::uint64_t h) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
+  return text;
+}
+
+WrittenFile write_safetensors(const std::string& path,
                        const std::vector<std::pair<std::string, const Tensor<float>*>>& tensors,
                        const std::map<std::string, std::string>& metadata) {
   std::vector<std::pair<std::string, const Tensor<float>*>> sorted = tensors;
@@ -81,30 +60,54 @@ void write_safetensors(const std::string& path,
   std::string prefix(8, '\0');
   std::uint64_t n = text.size();
   for (int i = 0; i < 8; ++i) prefix[static_cast<std::size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
-  write_atomically(path, prefix + text, chunks);
+  WrittenFile written;
+  std::uint64_t hash = kFnvOffset;
+  auto put = [&](std::ostream& out, const char* bytes, std::size_t count) {
+    hash = fnv1a_update(hash, bytes, count);
+    written.bytes += count;
+    out.write(bytes, static_cast<std::streamsize>(count));
+  };
+  try {
+    io::write_output_file(path, "checkpoint file", [&](std::ostream& out) {
+      put(out, prefix.data(), prefix.size());
+      put(out, text.data(), text.size());
+      for (const auto& [bytes, count] : chunks) put(out, bytes, count);
+    }, io::OutputOptions{.durable = true});
+  } catch (const io::IoError& e) {
+    if (e.code() == io::IoErrorCode::Interrupted) throw;
+    throw EngineError(ErrorCode::Io, e.what());
+  }
+  written.fnv1a64 = fnv1a_hex(hash);
+  return written;
 }
 
-SafetensorsFile read_safetensors(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw EngineError(ErrorCode::BadCheckpoint, "cannot open checkpoint file '" + path + "'");
-  in.seekg(0, std::ios::end);
-  const auto file_size = static_cast<std::uint64_t>(in.tellg());
-  in.seekg(0);
+SafetensorsFile read_safetensors(const std::string& path, std::uint64_t max_bytes) {
+  try {
+    io::InputFile in(path, max_bytes, "safetensors file");
+    return read_safetensors(in);
+  } catch (const io::IoError& e) {
+    throw EngineError(ErrorCode::BadCheckpoint, e.what());
+  }
+}
+
+SafetensorsFile read_safetensors(io::InputFile& in) {
+  const std::string& path = in.path();
+  const std::uint64_t file_size = in.size();
   if (file_size < 8) bad(path, "shorter than the 8-byte header length (truncated?)");
   unsigned char len_bytes[8];
-  in.read(reinterpret_cast<char*>(len_bytes), 8);
+  in.read_at(0, len_bytes, 8);
   std::uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
   if (header_len > kMaxHeader || header_len > file_size - 8)
     bad(path, "header length " + std::to_string(header_len) + " exceeds the file size " +
                   std::to_string(file_size) + " (truncated or corrupted)");
   std::string text(header_len, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(header_len));
+  in.read_at(8, text.data(), header_len);
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(text);
-  } catch (const std::exception& e) {
-    bad(path, std::string("header is not valid JSON (") + e.what() + ")");
+    header = io::parse_json(text, "its header");
+  } catch (const io::IoError& e) {
+    bad(path, e.what());
   }
   if (!header.is_object()) bad(path, "header is not a JSON object");
   const std::uint64_t data_size = file_size - 8 - header_len;
@@ -154,9 +157,7 @@ SafetensorsFile read_safetensors(const std::string& path) {
                     std::to_string(count * sizeof(float)));
     spans.push_back({b, e, name});
     Tensor<float> t(dims);
-    in.seekg(static_cast<std::streamoff>(8 + header_len + b));
-    in.read(reinterpret_cast<char*>(t.ptr()), static_cast<std::streamsize>(e - b));
-    if (!in) bad(path, "cannot read the data of '" + name + "'");
+    in.read_at(8 + header_len + b, t.ptr(), static_cast<std::size_t>(e - b));
     out.tensors.emplace(name, std::move(t));
   }
   std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });

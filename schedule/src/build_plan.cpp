@@ -33,6 +33,7 @@
 #include "ht/schedule/layout.hpp"
 #include "ht/schedule/params.hpp"
 #include "ht/schedule/pipeline_order.hpp"
+#include "ht/schedule/plan_size.hpp"
 
 namespace ht::schedule {
 namespace {
@@ -717,6 +718,7 @@ void check_schedule_config(const patterns::ParsedPattern& pattern, const ModelDi
   validate(dims);
   validate(config);
   validate(options);
+  check_plan_size(pattern, config);  // before any O(size) work
   const int segments = pattern.segment_count();
   if (segments > 1 && segments % config.pp == 0 && segments != config.pp * config.model_chunks())
     reject(ErrorCode::BadConfig, "the pattern has " + std::to_string(segments) + " pipe segments but pp = " +

@@ -9,8 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ht/schedule/atomic_file.hpp"
 #include "ht/schedule/error.hpp"
+#include "files.hpp"
 
 namespace ht::schedule {
 namespace {
@@ -273,13 +273,9 @@ std::string model_dims_to_json(const ModelDims& d) {
   return j.dump(2) + "\n";
 }
 
-ModelDims model_dims_from_json(std::string_view text) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    bad_model(std::string("model file is not valid JSON: ") + e.what());
-  }
+namespace {
+
+ModelDims dims_from(const nlohmann::json& j) {
   if (!j.is_object()) bad_model("model file must hold one JSON object of integer fields");
   ModelDims d;
   for (const auto& [key, value] : j.items()) {
@@ -302,9 +298,16 @@ ModelDims model_dims_from_json(std::string_view text) {
   return d;
 }
 
+}  // namespace
+
+ModelDims model_dims_from_json(std::string_view text) {
+  return dims_from(detail::parse_json(text, "model dimensions", ErrorCode::BadModel));
+}
+
 ModelDims load_model_dims(const std::filesystem::path& path) {
+  const nlohmann::json j = detail::read_json(path, "model file", ErrorCode::BadModel);
   try {
-    return model_dims_from_json(detail::read_text_file(path));
+    return dims_from(j);
   } catch (const ScheduleError& e) {
     if (e.code() == ErrorCode::Io) throw;
     throw ScheduleError(e.code(), std::string(e.what()).substr(std::string("model: ").size()) +
@@ -314,7 +317,7 @@ ModelDims load_model_dims(const std::filesystem::path& path) {
 
 void save_model_dims(const std::filesystem::path& path, const ModelDims& dims) {
   validate(dims);
-  detail::write_file_atomically(path, model_dims_to_json(dims));
+  detail::write_text(path, "model file", model_dims_to_json(dims));
 }
 
 }  // namespace ht::schedule

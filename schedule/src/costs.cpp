@@ -289,18 +289,34 @@ std::vector<double> routing_shares(int ep, double routing_skew) {
   return shares;
 }
 
+namespace {
+// The shares of the last (ep, skew) asked for: the builder asks for one share per peer of every
+// all-to-all node, and recomputing all ep of them each time made a plan O(ep^2) per node.
+const std::vector<double>& cached_shares(int ep, double routing_skew) {
+  thread_local int cached_ep = -1;
+  thread_local double cached_skew = -1;
+  thread_local std::vector<double> shares;
+  if (ep != cached_ep || routing_skew != cached_skew) {
+    shares = routing_shares(ep, routing_skew);
+    cached_ep = ep;
+    cached_skew = routing_skew;
+  }
+  return shares;
+}
+}  // namespace
+
 double routed_payload_bytes(const ModelDims& d, const Shard& sh) {
   return owned_tokens(d, sh) * d.top_k * double(d.moe_width()) * d.bytes_per_element;
 }
 
 double routed_copies(const ModelDims& d, int ep, int ep_rank, double routing_skew, const Shard& sh) {
   return ep * owned_tokens(d, sh) * d.top_k *
-         routing_shares(ep, routing_skew)[static_cast<std::size_t>(ep_rank)] * sh.etp;
+         cached_shares(ep, routing_skew)[static_cast<std::size_t>(ep_rank)] * sh.etp;
 }
 
 double a2a_bytes(const ModelDims& d, int ep, double routing_skew, Slot slot, Phase phase, int from,
                  int to, const Shard& sh) {
-  const auto shares = routing_shares(ep, routing_skew);
+  const auto& shares = cached_shares(ep, routing_skew);
   const bool toward_experts = (slot == Slot::Dispatch) == (phase != Phase::Backward);
   const int owner_share_index = toward_experts ? to : from;
   return routed_payload_bytes(d, sh) * shares[static_cast<std::size_t>(owner_share_index)];

@@ -6,8 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ht/schedule/atomic_file.hpp"
 #include "ht/schedule/error.hpp"
+#include "files.hpp"
 
 namespace ht::schedule {
 namespace detail {
@@ -61,20 +61,15 @@ std::vector<std::string> model_card_names() {
 
 bool is_model_card(std::string_view text) {
   try {
-    const auto j = nlohmann::json::parse(text);
+    const auto j = detail::parse_json(text, "model file", ErrorCode::BadModel);
     return j.is_object() && j.contains("pattern") && (j.contains("dims") || j.contains("extends"));
-  } catch (const nlohmann::json::exception&) {
+  } catch (const ScheduleError&) {
     return false;
   }
 }
 
 ModelCard parse_model_card(std::string_view text, const std::string& where) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    bad(where + ": not valid JSON: " + e.what());
-  }
+  const nlohmann::json j = detail::parse_json(text, "model card " + where, ErrorCode::BadModel);
   if (!j.is_object()) bad(where + ": a model card is one JSON object");
   static const char* known[] = {"name", "description", "source", "pattern", "extends", "dims",
                                 "published", "training", "notes"};
@@ -152,7 +147,7 @@ ModelCard resolve_model(const std::string& name_or_file) {
   if (embedded(name_or_file) != nullptr) return model_card(name_or_file);
   const bool looks_like_file = name_or_file.find('/') != std::string::npos || name_or_file.ends_with(".json");
   if (!looks_like_file && !std::filesystem::exists(name_or_file)) return model_card(name_or_file);  // its error lists names
-  const std::string text = detail::read_text_file(name_or_file);
+  const std::string text = detail::read_text(name_or_file, "model file");
   if (is_model_card(text)) return parse_model_card(text, name_or_file);
   ModelCard bare;
   bare.dims = load_model_dims(name_or_file);

@@ -8,9 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ht/schedule/atomic_file.hpp"
 #include "ht/schedule/check.hpp"
 #include "ht/schedule/error.hpp"
+#include "files.hpp"
 
 namespace ht::schedule {
 namespace {
@@ -167,12 +167,7 @@ std::string plan_to_json(const Plan& plan) {
 }
 
 Plan plan_from_json(std::string_view text) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    bad(std::string("plan file is not valid JSON: ") + e.what());
-  }
+  const json j = detail::parse_json(text, "plan file", ErrorCode::BadPlan);
   ObjectReader top(j, "plan");
   const json& format = top.at("format");
   if (!format.is_string() || format.get<std::string>() != kPlanFormatName)
@@ -308,12 +303,12 @@ Plan plan_from_json(std::string_view text) {
 }
 
 void save_plan(const std::filesystem::path& path, const Plan& plan) {
-  detail::write_file_atomically(path, plan_to_json(plan));
+  detail::write_text(path, "plan file", plan_to_json(plan));
 }
 
 Plan load_plan(const std::filesystem::path& path) {
   try {
-    return plan_from_json(detail::read_text_file(path));
+    return plan_from_json(detail::read_text(path, "plan file"));
   } catch (const ScheduleError& e) {
     if (e.code() == ErrorCode::Io) throw;
     throw ScheduleError(e.code(), std::string(e.what()).substr(std::string("plan: ").size()) +

@@ -8,7 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ht/schedule/atomic_file.hpp"
+#include "ht/io/error.hpp"
+#include "ht/io/output_file.hpp"
 #include "ht/sim/error.hpp"
 #include "ht/sim/replay.hpp"
 
@@ -337,7 +338,11 @@ std::string calibration_to_json(const Calibration& c) {
 }
 
 void save_calibration(const Calibration& calibration, const std::string& path) {
-  schedule::detail::write_file_atomically(path, calibration_to_json(calibration));
+  try {
+    io::write_output_file(path, "calibration", calibration_to_json(calibration));
+  } catch (const io::IoError& e) {
+    throw SimError(SimErrorCode::BadCosts, e.what());
+  }
 }
 
 }  // namespace ht::sim

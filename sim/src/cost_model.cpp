@@ -4,11 +4,13 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "ht/io/error.hpp"
+#include "ht/io/input_file.hpp"
+#include "ht/io/json_input.hpp"
 #include "ht/sim/error.hpp"
 
 namespace ht::sim {
@@ -17,9 +19,13 @@ namespace {
 
 [[noreturn]] void fail(const std::string& message) { throw SimError(SimErrorCode::BadCosts, message); }
 
+// Upper bound of every cost figure (microseconds, factors, rows, bytes): 1e12 us is 11 days, far
+// beyond any kernel; larger values only overflow the twin's sums and integer conversions.
+constexpr double kMaxCostValue = 1e12;
+
 double checked(std::string_view key, double v, double min) {
-  if (!std::isfinite(v) || v < min)
-    fail("'" + std::string(key) + "' must be a finite number >= " + std::to_string(min) + ", got " +
+  if (!std::isfinite(v) || v < min || v > kMaxCostValue)
+    fail("'" + std::string(key) + "' must be a finite number in [" + std::to_string(min) + ", 1e12], got " +
          std::to_string(v));
   return v;
 }
@@ -117,9 +123,9 @@ void set_cost_key(CostModel& model, std::string_view key, std::string_view value
 CostModel parse_costs_json(std::string_view json_text, CostModel base) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(json_text);
-  } catch (const nlohmann::json::exception& e) {
-    fail(std::string("invalid JSON: ") + e.what());
+    j = io::parse_json(json_text, "the cost file");
+  } catch (const io::IoError& e) {
+    fail(e.what());
   }
   if (!j.is_object()) fail("the cost file must hold a JSON object");
   for (const auto& [key, value] : j.items()) {
@@ -157,7 +163,7 @@ CostModel parse_costs_json(std::string_view json_text, CostModel base) {
       for (const auto& [node_kind, r] : value.items()) {
         if (!r.is_object() || !r.contains("per_row_us") || !r.contains("mean_rows"))
           fail("'rows_us' entry '" + node_kind + "' must be {\"per_row_us\": .., \"mean_rows\": ..}");
-        base.row_scaling[node_kind] = {number_field(r["per_row_us"], node_kind + ".per_row_us") * 1e-6,
+        base.row_scaling[node_kind] = {checked(node_kind + ".per_row_us", number_field(r["per_row_us"], node_kind + ".per_row_us"), -kMaxCostValue) * 1e-6,
                                        checked(node_kind, number_field(r["mean_rows"], node_kind + ".mean_rows"), 0)};
       }
     } else if (key == "flops") {
@@ -198,12 +204,14 @@ CostModel parse_costs_json(std::string_view json_text, CostModel base) {
 }
 
 CostModel load_costs_file(const std::string& path, CostModel base) {
-  std::ifstream in(path);
-  if (!in) fail("cannot read '" + path + "'");
-  std::ostringstream text;
-  text << in.rdbuf();
+  std::string text;
   try {
-    return parse_costs_json(text.str(), std::move(base));
+    text = io::read_input_file(path, io::kJsonFileLimit, "cost file");
+  } catch (const io::IoError& e) {
+    fail(e.what());
+  }
+  try {
+    return parse_costs_json(text, std::move(base));
   } catch (const SimError& e) {
     fail(path + ": " + e.detail());
   }

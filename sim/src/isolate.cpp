@@ -139,7 +139,10 @@ RawReplay simulate_isolated(const schedule::Plan& plan, const PlatformSpec& plat
   while (waitpid(pid, &status, 0) < 0)
     if (errno != EINTR) os_failure("waitpid");
   if (WIFSIGNALED(status))
-    throw std::runtime_error("simulation process died with signal " + std::to_string(WTERMSIG(status)));
+    throw SimError(SimErrorCode::BadPlatform,
+                   "the simulation stopped inside SimGrid (signal " + std::to_string(WTERMSIG(status)) +
+                       "); SimGrid's reason is printed above (on an XML platform: check its routes, link "
+                       "bandwidths and zone routing)");
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
     throw std::runtime_error("simulation process failed with exit code " + std::to_string(WEXITSTATUS(status)));
   return decode(bytes);

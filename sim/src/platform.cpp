@@ -98,6 +98,15 @@ const std::map<std::string, Setter, std::less<>>& setters() {
   return table;
 }
 
+// nodes x gpus_per_node in 64 bits: each may be up to 2^20 alone, their product must stay below
+// the plan's rank limit.
+void check_size(const PlatformSpec& s) {
+  if (s.gpus() > kMaxPlatformGpus)
+    fail("platform '" + s.name + "' has nodes " + std::to_string(s.nodes) + " x gpus_per_node " +
+         std::to_string(s.gpus_per_node) + " = " + std::to_string(s.gpus()) + " GPUs, more than the limit of " +
+         std::to_string(kMaxPlatformGpus));
+}
+
 }  // namespace
 
 std::vector<std::string> preset_names() { return {"dgx-h100", "dgx-h200", "dgx-b200", "gb200-nvl72", "cpu-ranks"}; }
@@ -193,12 +202,14 @@ PlatformSpec parse_platform(std::string_view text) {
       fail("expected key=value in platform overrides, got '" + std::string(item) + "'");
     set_platform_key(spec, item.substr(0, eq), item.substr(eq + 1));
   }
+  check_size(spec);
   return spec;
 }
 
 PlatformSpec sized_for(PlatformSpec spec, int world) {
   if (world < 1) fail("a plan needs at least one rank");
   if (!spec.xml_file.empty()) return spec;  // size checked against the file's hosts when built
+  check_size(spec);
   if (spec.nodes == 0) spec.nodes = (world + spec.gpus_per_node - 1) / spec.gpus_per_node;
   if (spec.gpus() < world)
     fail("platform '" + spec.name + "' has " + std::to_string(spec.gpus()) + " GPUs (" +

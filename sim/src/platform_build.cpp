@@ -12,12 +12,24 @@
 // end-to-end figure.
 #include "simgrid_platform.hpp"
 
+#include <algorithm>
 #include <string>
+#include <unordered_set>
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
 
 #include <simgrid/s4u/Link.hpp>
 #include <simgrid/s4u/NetZone.hpp>
 
+#include "ht/io/error.hpp"
+#include "ht/io/input_file.hpp"
 #include "ht/sim/error.hpp"
+#include "ht/sim/platform_xml.hpp"
 
 namespace ht::sim::detail {
 
@@ -56,11 +68,23 @@ std::vector<sg4::Host*> build_platform(sg4::Engine& engine, const PlatformSpec& 
     throw SimError(SimErrorCode::BadPlatform, "host_cores models the CPU backend on a preset platform, not on '" +
                                                   spec.xml_file + "'");
   if (!spec.xml_file.empty()) {
+    try {  // a regular file of bounded size whose host count is bounded, before SimGrid builds it
+      check_platform_xml(io::read_input_file(spec.xml_file, kMaxXmlBytes, "platform file"),
+                         "platform file '" + spec.xml_file + "'");
+    } catch (const io::IoError& e) {
+      throw SimError(SimErrorCode::BadPlatform, e.what());
+    }
     try {
       engine.load_platform(spec.xml_file);
     } catch (const std::exception& e) {
       throw SimError(SimErrorCode::BadPlatform, "cannot load '" + spec.xml_file + "': " + e.what());
     }
+    for (const sg4::Link* link : engine.get_all_links())
+      if (!(link->get_bandwidth() > 0) || !(link->get_latency() >= 0))
+        throw SimError(SimErrorCode::BadPlatform, "'" + spec.xml_file + "': link '" + link->get_name() +
+                                                      "' has bandwidth " + std::to_string(link->get_bandwidth()) +
+                                                      " B/s and latency " + std::to_string(link->get_latency()) +
+                                                      " s; a link needs a bandwidth > 0 and a latency >= 0");
     for (int k = 0; k < world; ++k) {
       sg4::Host* h = engine.host_by_name_or_null("gpu" + std::to_string(k));
       if (h == nullptr)
@@ -79,14 +103,18 @@ std::vector<sg4::Host*> build_platform(sg4::Engine& engine, const PlatformSpec& 
   const double nvl_bw = spec.nvlink_effective();
   const double nic_bw = spec.nic_effective();
   const double leaf_bw = nic_bw * spec.gpus_per_node / spec.oversubscription;
-  for (int n = 0; n < spec.nodes; ++n) {
+  // Only the nodes and GPUs the plan uses are built: the others carry no traffic, and the leaf
+  // bandwidth keeps the full node's figure, so `nodes=10000` for a 2-GPU plan costs what 1 node does.
+  const int used_nodes = (world + spec.gpus_per_node - 1) / spec.gpus_per_node;
+  for (int n = 0; n < used_nodes; ++n) {
+    const int node_gpus = std::min(spec.gpus_per_node, world - n * spec.gpus_per_node);
     const std::string node = "node" + std::to_string(n);
     auto* zone = sg4::create_full_zone(node);
     zone->set_parent(fabric);
     auto* gateway = zone->create_router(node + "-nic-switch");
     std::vector<sg4::Host*> local;
     std::vector<const sg4::Link*> nvl, nic;
-    for (int g = 0; g < spec.gpus_per_node; ++g) {
+    for (int g = 0; g < node_gpus; ++g) {
       const std::string gpu = "gpu" + std::to_string(n * spec.gpus_per_node + g);
       local.push_back(zone->create_host(gpu, kHostSpeed));
       // A GPU-to-GPU route crosses two ports (or only the sender's when ingress is free), so
@@ -98,8 +126,8 @@ std::vector<sg4::Host*> build_platform(sg4::Engine& engine, const PlatformSpec& 
                         ->set_latency(spec.nic_latency_s / 2)
                         ->seal());
     }
-    for (int a = 0; a < spec.gpus_per_node; ++a) {
-      for (int b = 0; b < spec.gpus_per_node; ++b) {
+    for (int a = 0; a < node_gpus; ++a) {
+      for (int b = 0; b < node_gpus; ++b) {
         if (a == b) continue;
         if (spec.nvlink_ingress)
           zone->add_route(local[a]->get_netpoint(), local[b]->get_netpoint(), nullptr, nullptr,
@@ -128,6 +156,74 @@ std::vector<sg4::Host*> build_platform(sg4::Engine& engine, const PlatformSpec& 
   fabric->seal();
   hosts.resize(static_cast<std::size_t>(world));
   return hosts;
+}
+
+void check_routes(const schedule::Plan& plan, const std::vector<sg4::Host*>& hosts, const std::string& source) {
+  std::vector<std::pair<int, int>> pairs;
+  {
+    std::unordered_set<std::uint64_t> seen;
+    auto add = [&](int a, int b) {
+      if (a == b || a < 0 || b < 0 || a >= static_cast<int>(hosts.size()) || b >= static_cast<int>(hosts.size())) return;
+      if (seen.insert((std::uint64_t(std::uint32_t(a)) << 32) | std::uint32_t(b)).second) pairs.emplace_back(a, b);
+    };
+    for (const schedule::Node& n : plan.nodes)
+      for (const schedule::Transfer& t : n.sends) add(n.rank, t.peer);
+    for (const schedule::Collective& c : plan.collectives)
+      for (int x : c.nodes)
+        for (int y : c.nodes) add(plan.nodes[x].rank, plan.nodes[y].rank);
+  }
+  if (pairs.empty()) return;
+  // SimGrid crashes (SIGSEGV in a Full zone) when asked for a route the file does not define, so
+  // the lookups run in a process of their own that reports each pair before looking it up: if it
+  // dies, the last pair it named has no route.
+  int fds[2];
+  if (::pipe(fds) != 0) return;  // no check possible; the replay still reports a crash
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return;
+  }
+  if (pid == 0) {
+    ::close(fds[0]);
+    const int devnull = ::open("/dev/null", O_WRONLY);
+    if (devnull >= 0) ::dup2(devnull, 2);  // SimGrid's crash report would only repeat ours
+    for (std::size_t i = 0; i < pairs.size(); ++i) {
+      std::int64_t record[2] = {static_cast<std::int64_t>(i), 0};
+      if (::write(fds[1], record, sizeof record) != sizeof record) ::_exit(3);
+      std::vector<sg4::Link*> links;
+      double latency = 0;
+      hosts[pairs[i].first]->route_to(hosts[pairs[i].second], links, &latency);
+      if (links.empty() && latency == 0) {
+        record[1] = 1;  // an empty route: no path
+        if (::write(fds[1], record, sizeof record) != sizeof record) ::_exit(3);
+        ::_exit(0);
+      }
+    }
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::int64_t record[2] = {-1, 0}, last = -1;
+  bool empty_route = false;
+  for (;;) {
+    const ssize_t n = ::read(fds[0], record, sizeof record);
+    if (n < 0 && errno == EINTR) continue;
+    if (n != static_cast<ssize_t>(sizeof record)) break;
+    last = record[0];
+    empty_route = empty_route || record[1] == 1;
+  }
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  const bool crashed = WIFSIGNALED(status);
+  if ((crashed || empty_route) && last >= 0) {
+    const auto [a, b] = pairs[static_cast<std::size_t>(last)];
+    throw SimError(SimErrorCode::BadPlatform, "'" + source + "' has no route from " + hosts[a]->get_name() + " to " +
+                                                  hosts[b]->get_name() + ", which the plan's ranks " +
+                                                  std::to_string(a) + " and " + std::to_string(b) + " need");
+  }
 }
 
 }  // namespace ht::sim::detail

@@ -511,6 +511,7 @@ RawReplay simulate(const Plan& plan, const PlatformSpec& platform, const CostMod
 
     ReplayState st(plan, platform, costs, options);
     st.hosts = build_platform(engine, platform, world);
+    if (!platform.xml_file.empty()) check_routes(plan, st.hosts, platform.xml_file);
     if (platform.host_cores > 0) st.shared_cpu = engine.host_by_name_or_null(kSharedCpuHost);
     const std::size_t n_nodes = plan.nodes.size();
     st.done.assign(n_nodes, 0);

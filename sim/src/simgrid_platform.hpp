@@ -9,6 +9,7 @@
 #include <simgrid/s4u/Engine.hpp>
 #include <simgrid/s4u/Host.hpp>
 
+#include "ht/schedule/plan.hpp"
 #include "ht/sim/platform.hpp"
 
 namespace ht::sim::detail {
@@ -25,5 +26,9 @@ inline constexpr const char* kSharedCpuHost = "host-cpu";
 // `world` GPUs or an XML file misses a "gpuK" host.
 std::vector<simgrid::s4u::Host*> build_platform(simgrid::s4u::Engine& engine, const PlatformSpec& spec,
                                                 int world);
+
+// For an XML platform: every pair of ranks the plan connects (sends, collective members) has a
+// route; SimGrid would abort the simulation otherwise. SimError(BadPlatform) naming the hosts.
+void check_routes(const schedule::Plan& plan, const std::vector<simgrid::s4u::Host*>& hosts, const std::string& source);
 
 }  // namespace ht::sim::detail

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Model-level PyTorch oracle for the hybrid-twin engine.
 
-Reads what engine_model_dump wrote (a checkpoint directory with manifest.json + model.safetensors,
+Reads what engine_model_dump wrote (a checkpoint directory with manifest.json + the model file it names,
 and engine.safetensors with the token batch, the engine's float32 losses, logits and parameter
 gradients), rebuilds the whole hybrid model in float64 with torch autograd from the pattern in
 the manifest, using the per-layer oracle functions of tests/oracle/torch_oracle.py, and compares.
@@ -120,7 +120,7 @@ def main():
     dump = Path(sys.argv[1])
     manifest = json.loads((dump / "ckpt" / "manifest.json").read_text())
     cfg, pattern = manifest["config"], manifest["pattern"]
-    _, W = L.read_safetensors(dump / "ckpt" / "model.safetensors")
+    _, W = L.read_safetensors(dump / "ckpt" / manifest["files"]["model"]["file"])
     _, E = L.read_safetensors(dump / "engine.safetensors")
     P = {k: v.to(torch.float64).requires_grad_() for k, v in W.items()}
     total, ref = forward(P, cfg, pattern, E["tokens"].long(), E["targets"].long())

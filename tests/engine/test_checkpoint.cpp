@@ -4,8 +4,14 @@
 // model keeps its previous values. GPT import follows gpt_layer_map (reference 2.5).
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <memory>
+#include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "fd.hpp"
 #include "ht/engine/checkpoint.hpp"
@@ -49,6 +55,13 @@ struct TempDir {
   ~TempDir() { fs::remove_all(path); }
   std::string str() const { return path.string(); }
 };
+
+// The data file a checkpoint's manifest names for `role` ("model", "optimizer").
+fs::path data_file(const fs::path& dir, const char* role) {
+  std::ifstream in(dir / "manifest.json");
+  const auto j = nlohmann::json::parse(in);
+  return dir / j.at("files").at(role).at("file").get<std::string>();
+}
 
 Batch batch_of(int seed) {
   Rng rng(static_cast<std::uint64_t>(seed));
@@ -128,7 +141,7 @@ TEST_CASE("grouped and flattened checkpoints load into each other with identical
   TempDir dir;
   HybridModel<float> g(pat::parse("M[*E]-"), cfg, 1);
   save_checkpoint(dir.str(), g, nullptr, 0, 1);
-  const auto file = read_safetensors((dir.path / "model.safetensors").string());
+  const auto file = read_safetensors(data_file(dir.path, "model").string());
   CHECK(file.tensors.count("decoder.layers.1.self_attention.linear_qkv.weight"));
   CHECK(file.tensors.count("decoder.layers.1.mlp.router.weight"));
   CHECK(file.tensors.count("decoder.layers.1.pre_mlp_layernorm.weight"));
@@ -166,13 +179,13 @@ TEST_CASE("damaged or mismatched checkpoints are refused and nothing is half-loa
   SECTION("truncated file") {
     TempDir d;
     fresh(d);
-    fs::resize_file(d.path / "model.safetensors", fs::file_size(d.path / "model.safetensors") - 10);
+    fs::resize_file(data_file(d.path, "model"), fs::file_size(data_file(d.path, "model")) - 10);
     CHECK_THAT(checkpoint_error(d.str(), dst), Catch::Contains("truncated"));
   }
   SECTION("corrupted data byte") {
     TempDir d;
     fresh(d);
-    overwrite(d.path / "model.safetensors", fs::file_size(d.path / "model.safetensors") - 3, "\x7f");
+    overwrite(data_file(d.path, "model"), fs::file_size(data_file(d.path, "model")) - 3, "\x7f");
     CHECK_THAT(checkpoint_error(d.str(), dst), Catch::Contains("corrupted"));
   }
   SECTION("missing manifest") {
@@ -319,4 +332,133 @@ TEST_CASE("batches are drawn from the text and depend only on seed and step", "[
   }
   CHECK_THROWS_AS(sample_batch(c, 1, 26, 9, 0), EngineError);
   CHECK(builtin_text().size() > 1000);
+}
+
+// ---- hostile and interrupted checkpoints (issue: a checkpoint switches in one atomic step) -----
+
+namespace {
+
+std::set<std::string> names_in(const fs::path& dir) {
+  std::set<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.insert(e.path().filename().string());
+  return out;
+}
+
+void edit_manifest(const fs::path& dir, const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json j;
+  {
+    std::ifstream in(dir / "manifest.json");
+    j = nlohmann::json::parse(in);
+  }
+  edit(j);
+  std::ofstream(dir / "manifest.json") << j.dump(2);
+}
+
+std::string resume_error(const std::string& dir, HybridModel<float>& m, AdamWState<float>* st) {
+  try {
+    load_checkpoint(dir, m, st);
+  } catch (const EngineError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("a save switches generations in one step and leaves only the live files", "[engine][checkpoint]") {
+  const ModelConfig cfg = small_config();
+  HybridModel<float> m(pat::parse("M*E-"), cfg, 1);
+  AdamWState<float> st;
+  train_steps(m, st, 0, 1);
+  TempDir d;
+  save_checkpoint(d.str(), m, &st, 1, 1);
+  CHECK(names_in(d.path) == std::set<std::string>{"manifest.json", "model-000001.safetensors", "optimizer-000001.safetensors"});
+  train_steps(m, st, 1, 1);
+  save_checkpoint(d.str(), m, &st, 2, 1);
+  CHECK(names_in(d.path) == std::set<std::string>{"manifest.json", "model-000002.safetensors", "optimizer-000002.safetensors"});
+  CHECK(read_manifest(d.str()).generation == 2);
+}
+
+TEST_CASE("a failed save leaves the previous checkpoint loadable and no files of its own", "[engine][checkpoint]") {
+  const ModelConfig cfg = small_config();
+  HybridModel<float> first(pat::parse("M*E-"), cfg, 1);
+  HybridModel<float> second(pat::parse("M*E-"), cfg, 2);
+  TempDir d;
+  save_checkpoint(d.str(), first, nullptr, 3, 1);
+  // The next generation's optimizer file cannot be written (a directory stands in its place),
+  // after its model file was: the save must throw and remove that model file again.
+  fs::create_directories(d.path / "optimizer-000002.safetensors");
+  AdamWState<float> st;
+  CHECK_THROWS_AS(save_checkpoint(d.str(), second, &st, 4, 1), EngineError);
+  CHECK_FALSE(fs::exists(d.path / "model-000002.safetensors"));
+  for (const auto& name : names_in(d.path)) CHECK(name.find(".tmp-") == std::string::npos);
+  HybridModel<float> back(pat::parse("M*E-"), cfg, 9);
+  CHECK(load_checkpoint(d.str(), back, nullptr).step == 3);
+  CHECK(values(back) == values(first));
+}
+
+TEST_CASE("checkpoints that cannot be trained from are refused before any value changes", "[engine][checkpoint]") {
+  const ModelConfig cfg = small_config();
+  HybridModel<float> dst(pat::parse("M*E-"), cfg, 2);
+  const auto before = values(dst);
+  auto poisoned = [&](float value) {
+    HybridModel<float> src(pat::parse("M*E-"), cfg, 1);
+    (*src.parameters().front().value)[1] = value;
+    auto d = std::make_unique<TempDir>();
+    save_checkpoint(d->str(), src, nullptr, 0, 1);
+    return d;
+  };
+  CHECK_THAT(resume_error(poisoned(std::nanf(""))->str(), dst, nullptr), Catch::Contains("NaN"));
+  CHECK_THAT(resume_error(poisoned(INFINITY)->str(), dst, nullptr), Catch::Contains("infinity"));
+  CHECK_THAT(resume_error(poisoned(3e38f)->str(), dst, nullptr), Catch::Contains("beyond the bound"));
+  {
+    HybridModel<float> src(pat::parse("M*E-"), cfg, 1);
+    AdamWState<float> st;
+    st.step = -4;
+    TempDir d;
+    save_checkpoint(d.str(), src, &st, 0, 1);
+    AdamWState<float> out;
+    CHECK_THAT(resume_error(d.str(), dst, &out), Catch::Contains("optimizer step"));
+  }
+  for (const long long step : {-1LL, 9223372036854775807LL}) {
+    TempDir d;
+    HybridModel<float> src(pat::parse("M*E-"), cfg, 1);
+    save_checkpoint(d.str(), src, nullptr, 0, 1);
+    edit_manifest(d.path, [&](nlohmann::json& j) { j["step"] = step; });
+    CHECK_THAT(resume_error(d.str(), dst, nullptr), Catch::Contains("outside [0, 2^53]"));
+  }
+  CHECK(values(dst) == before);
+}
+
+TEST_CASE("a manifest naming a non-regular or foreign file is refused", "[engine][checkpoint]") {
+  const ModelConfig cfg = small_config();
+  HybridModel<float> src(pat::parse("M*E-"), cfg, 1);
+  HybridModel<float> dst(pat::parse("M*E-"), cfg, 2);
+  TempDir d;
+  save_checkpoint(d.str(), src, nullptr, 0, 1);
+  const fs::path model = data_file(d.path, "model");
+  fs::remove(model);
+  fs::create_symlink("/dev/zero", model);  // hashing it would never end
+  CHECK_THAT(resume_error(d.str(), dst, nullptr), Catch::Contains("not a regular file"));
+  edit_manifest(d.path, [](nlohmann::json& j) { j["files"]["model"]["file"] = "../elsewhere.safetensors"; });
+  CHECK_THAT(resume_error(d.str(), dst, nullptr), Catch::Contains("must name a file of the checkpoint folder"));
+  HybridModel<float> gpt_like(pat::parse("*-"), cfg, 3);  // a pattern GPT weights can fill
+  CHECK_THROWS_WITH(import_gpt(d.str(), gpt_like), Catch::Contains("a directory"));
+}
+
+TEST_CASE("format 1 checkpoints (fixed file names) still load", "[engine][checkpoint]") {
+  const ModelConfig cfg = small_config();
+  HybridModel<float> src(pat::parse("M*E-"), cfg, 1);
+  HybridModel<float> dst(pat::parse("M*E-"), cfg, 2);
+  TempDir d;
+  fs::create_directories(d.path);
+  std::vector<std::pair<std::string, const Tensor<float>*>> tensors;
+  for (const auto& p : src.parameters()) tensors.emplace_back(p.key, p.value);
+  const WrittenFile w = write_safetensors((d.path / "model.safetensors").string(), tensors, {{"format", "hybrid-twin-checkpoint"}});
+  const nlohmann::json manifest = {{"format", "hybrid-twin-checkpoint"}, {"format_version", 1}, {"pattern", "M*E-"},
+                                   {"config", config_to_json(cfg)}, {"step", 7}, {"seed", 1},
+                                   {"files", {{"model.safetensors", {{"bytes", w.bytes}, {"fnv1a64", w.fnv1a64}}}}}};
+  std::ofstream(d.path / "manifest.json") << manifest.dump();
+  CHECK(load_checkpoint(d.str(), dst, nullptr).step == 7);
+  CHECK(values(dst) == values(src));
 }

@@ -4,7 +4,9 @@
 #include <catch2/catch.hpp>
 
 #include "helpers.hpp"
+#include "ht/schedule/build.hpp"
 #include "ht/schedule/error.hpp"
+#include "ht/schedule/plan_size.hpp"
 
 using namespace ht::schedule;
 using namespace ht::schedule::test;
@@ -143,4 +145,23 @@ TEST_CASE("more pipe segments than pp x vpp stages asks for --vpp instead of fai
   CHECK_FALSE(rejection("[M*E]|-|[*E]|G", c, {}).has_value());
   c.vpp = 4;
   require_rejected("[M*E]|-|[*E]|G", c, {}, ErrorCode::BadConfig, "4 pipe segments but pp = 2 x vpp = 4");
+}
+
+TEST_CASE("plans too large to build are refused before building, with the limit", "[schedule][rejections]") {
+  // Closed form of the estimate: ranks x microbatches x (15 per layer on a rank + 8).
+  const auto p = ht::patterns::parse("M*E");
+  ParallelConfig c;
+  c.microbatches = 1000;
+  CHECK(estimate_plan_size(p, c).nodes == 1000.0 * (3 * 15 + 8));
+  c.dp = c.ep = 4;
+  CHECK(estimate_plan_size(p, c).transfers == 4.0 * 1000 * 1 * 4 * 3);
+  c = ParallelConfig{};
+  c.microbatches = 100000000;
+  CHECK_THROWS_WITH(build_plan(p, tiny_model(), c, {}), Catch::Contains("more than the limit of 4000000"));
+  c = ParallelConfig{};
+  c.dp = c.ep = 65536;
+  CHECK_THROWS_WITH(build_plan(p, tiny_model(), c, {}), Catch::Contains("peer transfers"));
+  c = ParallelConfig{};
+  c.dp = 1 << 21;
+  CHECK_THROWS_WITH(build_plan(p, tiny_model(), c, {}), Catch::Contains("ranks of one plan"));
 }

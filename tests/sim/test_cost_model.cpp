@@ -56,7 +56,7 @@ TEST_CASE("bad cost JSON is a BadCosts error naming the field", "[sim][costs]") 
     }
     return std::string("no error");
   };
-  CHECK_THAT(message("{"), Catch::Contains("invalid JSON"));
+  CHECK_THAT(message("{"), Catch::Contains("not valid JSON"));
   CHECK_THAT(message("[1]"), Catch::Contains("JSON object"));
   CHECK_THAT(message(R"({"speed": 1})"), Catch::Contains("unknown field 'speed'"));
   CHECK_THAT(message(R"({"interference_factor": 0.5})"), Catch::Contains("interference_factor"));

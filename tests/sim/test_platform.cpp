@@ -6,6 +6,7 @@
 
 #include "ht/sim/error.hpp"
 #include "ht/sim/platform.hpp"
+#include "ht/sim/platform_xml.hpp"
 #include "ht/sim/replay.hpp"
 #include "plan_fixtures.hpp"
 
@@ -99,4 +100,22 @@ TEST_CASE("a missing XML file is a BadPlatform error, not a crash", "[sim][platf
   } catch (const SimError& e) {
     CHECK(e.code() == SimErrorCode::BadPlatform);
   }
+}
+
+TEST_CASE("platform sizes are counted in 64 bits and bounded", "[sim][platform]") {
+  // 65537 x 65535 overflowed int to -1 GPUs; the product is refused with its true value.
+  CHECK_THROWS_WITH(parse_platform("dgx-h200:nodes=65537,gpus_per_node=65535"),
+                    Catch::Contains("4294967295 GPUs, more than the limit"));
+  CHECK(parse_platform("dgx-h200:nodes=1024,gpus_per_node=1024").gpus() == kMaxPlatformGpus);
+}
+
+TEST_CASE("XML platforms are bounded by the hosts their text describes", "[sim][platform]") {
+  CHECK(check_platform_xml(R"(<zone><host id="gpu0"/><host id='gpu1' /><hostess/></zone>)", "p.xml") == 2);
+  CHECK(check_platform_xml(R"(<cluster radical="0-3,8,10-11"/><cabinet radical='0-1'/>)", "p.xml") == 9);
+  CHECK_THROWS_WITH(check_platform_xml(R"(<cluster radical="0-99999999"/>)", "p.xml"),
+                    Catch::Contains("p.xml describes more than 1048576 hosts"));
+  CHECK_THROWS_WITH(check_platform_xml(R"(<cluster radical="0-99999999999999999999999999"/>)", "p.xml"),
+                    Catch::Contains("more than 1048576 hosts"));
+  CHECK_THROWS_WITH(check_platform_xml(R"(<cluster radical="5-2"/>)", "p.xml"), Catch::Contains("runs backwards"));
+  CHECK_THROWS_WITH(check_platform_xml(R"(<cluster radical="a-b"/>)", "p.xml"), Catch::Contains("not a list"));
 }

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "ht/patterns/pattern.hpp"
+#include "ht/verify/case_schema.hpp"
 #include "ht/verify/pattern_gen.hpp"
 #include "ht/verify/property.hpp"
 #include "ht/verify/runner.hpp"
@@ -79,4 +80,21 @@ TEST_CASE("replay gives the verdict of checking the stored case directly", "[ver
   const Counterexample right{"pattern.rule.G5", 1, Case{{"pattern", "[MM]"}, {"code", "G5"}, {"position", 2}}, ""};
   CHECK_FALSE(replay(right).has_value());
   CHECK_THROWS_AS(replay(Counterexample{"no.such", 1, Case::object(), ""}), std::invalid_argument);
+}
+
+TEST_CASE("a replayed case outside the generators' domain is bad input, not a failure", "[verify]") {
+  // What case_schema.hpp refuses: fields whose sizes disagree, unknown or mistyped fields, values
+  // past the bounds; a field the check needs but the case lacks surfaces as BadCase from replay.
+  const Case router{{"tokens", 12}, {"experts", 8}, {"topk", 3}, {"hidden", 4}, {"loss_scale", 1.0},
+                    {"x", std::vector<int>{1, 2}}, {"router", std::vector<int>{1}}};
+  CHECK_THROWS_WITH(validate_case(router), Catch::Contains("'x' must hold tokens x hidden values"));
+  Case topk = router;
+  topk["topk"] = 9;
+  CHECK_THROWS_WITH(validate_case(topk), Catch::Contains("'topk' = 9 exceeds 'experts' = 8"));
+  CHECK_THROWS_WITH(validate_case(Case{{"patern", "M"}}), Catch::Contains("unknown field 'patern'"));
+  CHECK_THROWS_WITH(validate_case(Case{{"pattern", 5}}), Catch::Contains("'pattern' = 5 must be a string"));
+  CHECK_THROWS_WITH(validate_case(Case{{"ep", 3}, {"dp", 4}}), Catch::Contains("must be a multiple of 'ep'"));
+  CHECK_THROWS_AS(validate_case(Case{{"model", Case{{"hidden", 100000}}}}), BadCase);
+  CHECK_NOTHROW(validate_case(Case{{"pattern", "M[*E]"}, {"code", "G5"}, {"position", 2}}));
+  CHECK_THROWS_AS(replay(Counterexample{"pattern.roundtrip", 1, Case::object(), ""}), BadCase);
 }

@@ -20,6 +20,8 @@
 #include <nlohmann/json.hpp>
 
 #include "decimal_time.hpp"
+#include "ht/io/error.hpp"
+#include "ht/io/input_file.hpp"
 #include "ht/traces/chrome.hpp"
 #include "ht/traces/comm_rules.hpp"
 #include "ht/traces/error.hpp"
@@ -31,35 +33,32 @@ namespace {
 using json = nlohmann::json;
 
 // ---------------------------------------------------------------- chunked file input
-// An input iterator over a FILE* in fixed chunks: what nlohmann's iterator adapter consumes.
+// An input iterator over a bounded regular file (ht::io) in fixed chunks: what nlohmann's
+// iterator adapter consumes.
 class ChunkedFile {
  public:
-  explicit ChunkedFile(std::FILE* f) : file_(f), buffer_(1 << 20) {}
+  explicit ChunkedFile(io::InputFile& f) : file_(f), buffer_(1 << 20) {}
   // The per-character test stays tiny so the lexer's loop can inline it; refilling is rare.
   bool at_end() { return pos_ >= len_ && !refill(); }
   char current() const { return buffer_[pos_]; }
   void advance() { ++pos_; }
   std::uint64_t bytes() const { return bytes_; }
-  bool failed() const { return failed_; }
 
  private:
   [[gnu::noinline]] bool refill() {
     if (eof_) return false;
-    len_ = std::fread(buffer_.data(), 1, buffer_.size(), file_);
+    len_ = file_.read(buffer_.data(), buffer_.size());  // IoError on a read error
     pos_ = 0;
     bytes_ += len_;
-    if (len_ < buffer_.size()) {
-      if (std::ferror(file_)) failed_ = true;
-      eof_ = true;
-    }
+    if (len_ == 0) eof_ = true;
     return len_ > 0;
   }
 
-  std::FILE* file_;
+  io::InputFile& file_;
   std::vector<char> buffer_;
   std::size_t pos_ = 0, len_ = 0;
   std::uint64_t bytes_ = 0;
-  bool eof_ = false, failed_ = false;
+  bool eof_ = false;
 };
 
 class ChunkedIterator {
@@ -459,6 +458,10 @@ class TraceSax {
       stream_kind_.try_emplace({span.device, span.stream}, kind == Kind::Device);
     }
     span.name = std::move(ev_.name);
+    if (spans_.size() >= kMaxTraceSpans)
+      throw TraceError(TraceErrorCode::Range, "more than " + std::to_string(kMaxTraceSpans) +
+                                                  " spans to keep (the limit of one timeline in memory); "
+                                                  "cut the profile to fewer steps");
     spans_.push_back(std::move(span));
     splits_.push_back(split);
   }
@@ -608,20 +611,23 @@ Timeline read_chrome_trace_string(std::string_view text, const ReadOptions& opti
 
 Timeline read_chrome_trace(const std::string& path, const ReadOptions& options, ReadStats& stats) {
   const auto start = std::chrono::steady_clock::now();
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (!file)
-    throw TraceError(TraceErrorCode::Io, "cannot open trace '" + path + "': " + std::strerror(errno));
-  ChunkedFile chunks(file.get());
-  TraceSax sax(options);
+  TraceSax sax(options);  // a bad --comm-regex is reported before the file is opened
   Timeline timeline;
+  std::uint64_t bytes = 0;
   try {
-    json::sax_parse(ChunkedIterator(&chunks), ChunkedIterator(), &sax);
-    if (chunks.failed()) throw TraceError(TraceErrorCode::Io, "read error");
-    timeline = sax.finish();
-  } catch (const TraceError& e) {
-    throw TraceError(e.code(), "trace '" + path + "': " + e.what());
+    io::InputFile file(path, kMaxTraceBytes, "trace");
+    ChunkedFile chunks(file);
+    try {
+      json::sax_parse(ChunkedIterator(&chunks), ChunkedIterator(), &sax);
+      timeline = sax.finish();
+    } catch (const TraceError& e) {
+      throw TraceError(e.code(), "trace '" + path + "': " + e.what());
+    }
+    bytes = chunks.bytes();
+  } catch (const io::IoError& e) {
+    throw TraceError(TraceErrorCode::Io, e.what());
   }
-  stats.bytes = chunks.bytes();
+  stats.bytes = bytes;
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   stats.events = sax.events();
   stats.spans = timeline.spans.size();

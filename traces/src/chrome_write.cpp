@@ -7,7 +7,7 @@
 #include <sstream>
 #include <utility>
 
-#include "atomic_file.hpp"
+#include "output.hpp"
 #include "decimal_time.hpp"
 #include "ht/traces/chrome.hpp"
 #include "ht/traces/error.hpp"
@@ -133,7 +133,7 @@ std::string to_chrome_trace_json(const Timeline& timeline) {
 }
 
 void write_chrome_trace(const Timeline& timeline, const std::string& path) {
-  detail::write_atomically(path, [&](std::ostream& os) { write_events(timeline, os); });
+  detail::write_output(path, "trace", [&](std::ostream& os) { write_events(timeline, os); });
 }
 
 }  // namespace ht::traces

@@ -3,6 +3,8 @@
 // intranode::dispatch<...>, hybrid_ep::..., "Memcpy PtoP (Device -> Device)", gloo:all_to_all).
 #include "ht/traces/comm_rules.hpp"
 
+#include <re2/re2.h>
+
 #include "ht/traces/error.hpp"
 
 namespace ht::traces {
@@ -24,19 +26,32 @@ const std::vector<CommRule>& default_comm_rules() {
 }
 
 namespace {
-std::regex compile(const std::string& pattern) {
-  try {
-    return std::regex(pattern, std::regex::ECMAScript | std::regex::icase | std::regex::optimize);
-  } catch (const std::regex_error& e) {
-    throw TraceError(TraceErrorCode::Argument,
-                     "invalid comm regex '" + pattern + "': " + e.what());
-  }
+std::shared_ptr<const re2::RE2> compile(const std::string& pattern) {
+  if (pattern.size() > kMaxCommRegexLength)
+    throw TraceError(TraceErrorCode::Argument, "comm regex has " + std::to_string(pattern.size()) +
+                                                   " characters, more than the limit of " +
+                                                   std::to_string(kMaxCommRegexLength));
+  re2::RE2::Options options;
+  options.set_case_sensitive(false);
+  options.set_log_errors(false);      // the error goes into the message, not onto stderr
+  options.set_max_mem(16 << 20);      // bounds the compiled program ("a{1000}{1000}" fails)
+  auto re = std::make_shared<const re2::RE2>(pattern, options);
+  if (!re->ok())
+    throw TraceError(TraceErrorCode::Argument, "invalid comm regex '" + pattern + "': " + re->error() +
+                                                   " (RE2 syntax: no backreferences or lookaround)");
+  return re;
 }
 }  // namespace
 
 CommClassifier::CommClassifier() {
-  for (const CommRule& rule : default_comm_rules())
-    rules_.push_back({rule.kernel_class, compile(rule.pattern)});
+  // Compiled once per process: every trace read starts with a classifier, and RE2 programs are
+  // immutable and safe to share between threads.
+  static const std::vector<Compiled> defaults = [] {
+    std::vector<Compiled> out;
+    for (const CommRule& rule : default_comm_rules()) out.push_back({rule.kernel_class, compile(rule.pattern)});
+    return out;
+  }();
+  rules_ = defaults;
 }
 
 CommClassifier::CommClassifier(const std::string& regex) {
@@ -46,7 +61,7 @@ CommClassifier::CommClassifier(const std::string& regex) {
 
 std::optional<std::string> CommClassifier::classify(std::string_view name) const {
   for (const Compiled& rule : rules_)
-    if (std::regex_search(name.begin(), name.end(), rule.regex)) return rule.kernel_class;
+    if (re2::RE2::PartialMatch(re2::StringPiece(name.data(), name.size()), *rule.regex)) return rule.kernel_class;
   return std::nullopt;
 }
 

@@ -10,7 +10,7 @@
 #include <map>
 #include <set>
 
-#include "atomic_file.hpp"
+#include "output.hpp"
 #include "ht/traces/error.hpp"
 #include "ht/traces/intervals.hpp"
 #include "ht/traces/units.hpp"
@@ -269,7 +269,7 @@ std::string render_svg(const Timeline& timeline, const SvgOptions& options) {
 
 void write_svg(const Timeline& timeline, const std::string& path, const SvgOptions& options) {
   const std::string svg = render_svg(timeline, options);
-  detail::write_atomically(path, [&](std::ostream& os) { os << svg; });
+  detail::write_output(path, "SVG", [&](std::ostream& os) { os << svg; });
 }
 
 }  // namespace ht::traces

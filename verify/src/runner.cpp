@@ -8,16 +8,16 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <iostream>
 #include <sstream>
-#include <system_error>
+
+#include "ht/io/json_input.hpp"
+#include "ht/verify/case_schema.hpp"
 
 namespace ht::verify {
 namespace {
 
 constexpr std::string_view kCaseMarker = "\n@@case ";
-constexpr std::string_view kFormat = "hybrid-twin-counterexample/1";
 
 // Counts finished cases for progress and the result table.
 class CountingListener : public rc::detail::TestListener {
@@ -151,59 +151,18 @@ RunResult run_property(const Property& property, const RunOptions& options) {
 std::optional<std::string> replay(const Counterexample& ce) {
   const Property* p = find_property(ce.property);
   if (!p) throw std::invalid_argument("unknown property '" + ce.property + "'");
-  const std::string failure = run_check(*p, ce.input);
-  if (failure.empty()) return std::nullopt;
-  return failure;
-}
-
-nlohmann::json to_json(const Counterexample& ce) {
-  return nlohmann::json{{"format", kFormat}, {"property", ce.property}, {"seed", ce.seed},
-                        {"input", ce.input}, {"message", ce.message}};
-}
-
-Counterexample counterexample_from_json(const nlohmann::json& j) {
-  if (!j.is_object()) throw std::invalid_argument("a counterexample must be a JSON object");
-  if (!j.contains("format") || j["format"] != kFormat)
-    throw std::invalid_argument("not a counterexample file (format is not '" + std::string(kFormat) + "')");
-  if (!j.contains("property") || !j["property"].is_string())
-    throw std::invalid_argument("counterexample: 'property' must be a string");
-  if (!j.contains("seed") || !j["seed"].is_number_unsigned())
-    throw std::invalid_argument("counterexample: 'seed' must be a non-negative integer");
-  if (!j.contains("input") || !j["input"].is_object())
-    throw std::invalid_argument("counterexample: 'input' must be an object");
-  Counterexample ce;
-  ce.property = j["property"].get<std::string>();
-  ce.seed = j["seed"].get<std::uint64_t>();
-  ce.input = j["input"];
-  if (j.contains("message") && j["message"].is_string()) ce.message = j["message"].get<std::string>();
-  return ce;
-}
-
-void write_counterexample(const std::filesystem::path& path, const Counterexample& ce) {
-  const auto tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << to_json(ce).dump(2) << "\n";
-    out.flush();
-    if (!out) throw std::runtime_error("cannot write counterexample '" + tmp + "'");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw std::runtime_error("cannot write counterexample '" + path.string() + "': " + ec.message());
-}
-
-Counterexample read_counterexample(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot read counterexample '" + path.string() + "'");
-  std::stringstream text;
-  text << in.rdbuf();
-  const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
-  if (j.is_discarded()) throw std::runtime_error("counterexample '" + path.string() + "' is not valid JSON");
+  validate_case(ce.input);
   try {
-    return counterexample_from_json(j);
-  } catch (const std::invalid_argument& e) {
-    throw std::runtime_error(path.string() + ": " + e.what());
+    p->check(ce.input);
+  } catch (const Falsified& e) {
+    return std::string(e.what());
+  } catch (const nlohmann::json::exception& e) {
+    // A field the check needs is missing or of another type: the file, not the property, is wrong.
+    throw BadCase("input: " + io::json_error_text(e));
+  } catch (const std::exception& e) {
+    return std::string("unexpected error: ") + e.what();
   }
+  return std::nullopt;
 }
 
 }  // namespace ht::verify

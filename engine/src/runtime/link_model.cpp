@@ -16,15 +16,19 @@ std::chrono::nanoseconds LinkModel::duration(std::uint64_t bytes) const {
   return std::chrono::nanoseconds(std::llround(ns));
 }
 
+// Bounds that keep duration() inside 64-bit nanoseconds for any message the engine sends (1e300
+// would round to a negative duration and silently turn the throttle off): a second per message at
+// most, and at least 1 MB/s when the bandwidth is throttled at all.
 void LinkModel::validate() const {
-  if (!std::isfinite(bandwidth_gbps) || bandwidth_gbps < 0) {
+  if (!std::isfinite(bandwidth_gbps) || bandwidth_gbps < 0 || (bandwidth_gbps > 0 && bandwidth_gbps < 1e-3) ||
+      bandwidth_gbps > 1e6) {
     throw RuntimeError(ErrorCode::InvalidArgument,
-                       "link model: bandwidth_gbps must be finite and >= 0 (0 = off), got " +
+                       "link model: bandwidth_gbps (--link-gbps) must be 0 (off) or in [0.001, 1e6] GB/s, got " +
                            std::to_string(bandwidth_gbps));
   }
-  if (!std::isfinite(latency_us) || latency_us < 0) {
+  if (!std::isfinite(latency_us) || latency_us < 0 || latency_us > 1e6) {
     throw RuntimeError(ErrorCode::InvalidArgument,
-                       "link model: latency_us must be finite and >= 0, got " +
+                       "link model: latency_us (--link-latency-us) must be in [0, 1e6] us (a second per message), got " +
                            std::to_string(latency_us));
   }
 }

@@ -50,6 +50,7 @@
 // 0.80 / 0.75 on B200 / GB200 (their measured best-shape 77.6 % / 72.9 %).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -90,10 +91,13 @@ struct PlatformSpec {
   GpuSpec gpu;
   bool operator==(const PlatformSpec&) const = default;
 
-  int gpus() const { return nodes * gpus_per_node; }
+  std::int64_t gpus() const { return std::int64_t{nodes} * gpus_per_node; }
   double nvlink_effective() const { return nvlink_bytes_per_s * nvlink_efficiency; }
   double nic_effective() const { return nic_bytes_per_s * nic_efficiency; }
 };
+
+// Most GPUs one platform may describe (nodes x gpus_per_node), the plan's rank limit.
+inline constexpr std::int64_t kMaxPlatformGpus = std::int64_t{1} << 20;
 
 std::vector<std::string> preset_names();
 // Throws SimError(BadPlatform) for an unknown preset.

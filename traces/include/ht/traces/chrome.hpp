@@ -43,6 +43,11 @@ struct ReadStats {
 // larger number is garbage rather than a time, and refusing it keeps the arithmetic sane.
 inline constexpr double kMaxTraceSeconds = 1e9;
 
+// Limits of one read: files up to 4 GiB (about 20 s at the reader's rate) and up to 10 million
+// kept spans (a few GiB of memory); real profiles of a few steps are far below both.
+inline constexpr std::uint64_t kMaxTraceBytes = std::uint64_t{4} << 30;
+inline constexpr std::size_t kMaxTraceSpans = 10'000'000;
+
 // Reserved arg key that carries Span::role in our files; Span::args may not use it.
 inline constexpr std::string_view kRoleArg = "ht.role";
 

@@ -3,16 +3,22 @@
 // reach these rules.
 #pragma once
 
+#include <memory>
 #include <optional>
-#include <regex>
 #include <string>
 #include <string_view>
 #include <vector>
 
+namespace re2 {
+class RE2;
+}
+
 namespace ht::traces {
 
-// One rule: a case-insensitive ECMAScript regex searched in the kernel / op name, and the kernel
-// class a match is reported as (it becomes the span's category).
+// One rule: a case-insensitive regex (RE2 syntax: no backreferences or lookaround) searched in the
+// kernel / op name, and the kernel class a match is reported as (it becomes the span's category).
+// RE2 matches in time linear in the name and never recurses, so a user's regex cannot hang or
+// crash the reader whatever the names in the file ("(a+)+$", ".*nccl.*" on 50,000 characters).
 struct CommRule {
   std::string kernel_class;
   std::string pattern;
@@ -23,18 +29,21 @@ struct CommRule {
 // pplx and NVSHMEM-based ones, and torch.distributed CPU ops (c10d::, gloo:).
 const std::vector<CommRule>& default_comm_rules();
 
+inline constexpr std::size_t kMaxCommRegexLength = 1000;
+
 class CommClassifier {
  public:
   CommClassifier();                                  // default_comm_rules()
-  explicit CommClassifier(const std::string& regex); // one user rule, class "comm"; TraceError
-                                                     // (Argument) when it does not compile
+  // One user rule, class "comm"; TraceError (Argument) when it is empty, longer than
+  // kMaxCommRegexLength or does not compile within RE2's memory budget.
+  explicit CommClassifier(const std::string& regex);
   // Kernel class of the first matching rule, nullopt for compute.
   std::optional<std::string> classify(std::string_view name) const;
 
  private:
   struct Compiled {
     std::string kernel_class;
-    std::regex regex;
+    std::shared_ptr<const re2::RE2> regex;
   };
   std::vector<Compiled> rules_;
 };

@@ -46,15 +46,19 @@ struct RunResult {
 RunResult run_property(const Property& property, const RunOptions& options);
 
 // Runs the check on exactly the stored case. Returns the failure message, or nullopt when the
-// case passes now. Throws std::invalid_argument for an unknown property.
+// case passes now. Throws std::invalid_argument for an unknown property and BadCase
+// (case_schema.hpp) for a case outside the generators' domain or lacking a field the check reads.
 std::optional<std::string> replay(const Counterexample& ce);
 
 // {"property", "seed", "input", "message", "format": "hybrid-twin-counterexample/1"}.
 nlohmann::json to_json(const Counterexample& ce);
 // Validates the fields; throws std::invalid_argument naming the first bad one.
 Counterexample counterexample_from_json(const nlohmann::json& j);
-// Atomic write (temp file + rename); read validates. Both throw std::runtime_error on I/O errors.
+// Atomic write (ht::io); read validates (a bounded regular file, JSON nested at most 64 levels,
+// the fields, then the case's schema). Both throw std::runtime_error (ht::io::IoError for I/O).
 void write_counterexample(const std::filesystem::path& path, const Counterexample& ce);
 Counterexample read_counterexample(const std::filesystem::path& path);
+// The reader on text already in memory; `source` names it in messages (the fuzz target's entry).
+Counterexample parse_counterexample(std::string_view text, const std::string& source);
 
 }  // namespace ht::verify

@@ -1,0 +1,516 @@
+#!/usr/bin/env python3
+"""Bad-input corpus of hybrid-twin (issue 22): hostile or careless input must end in its expected
+exit code with a one-line reason, never a signal, a hang, runaway memory, a partial file or a lost
+checkpoint.
+
+Every case runs the real executable in a fresh folder, under the harness's safety limits (these
+are bounds of the harness, not performance assertions): RLIMIT_AS 4 GiB and a 60 s timeout. A
+case passes when the exit code is the expected one (a negative code, i.e. death by a signal,
+never is), stderr holds the expected words, and the folder holds no temporary file of an output
+('*.tmp-*') afterwards; some cases check more (a file left intact, a checkpoint still loadable).
+Interrupt and full-disk cases need Linux and root (tmpfs mounts); elsewhere they are skipped with
+the reason printed.
+
+usage: run_corpus.py HYBRID_TWIN SOURCE_DIR [NAME_FILTER]
+"""
+import concurrent.futures
+import json
+import os
+import resource
+import shutil
+import signal
+import stat
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+BIN, SRC = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+FILTER = sys.argv[3] if len(sys.argv) > 3 else ""
+MEMORY_LIMIT = 4 << 30
+TIMEOUT_S = 60
+IS_ROOT = os.geteuid() == 0 and sys.platform.startswith("linux")
+
+
+def limits():
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+
+
+def run(argv, cwd, timeout=TIMEOUT_S):
+    p = subprocess.run([BIN] + argv, cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                       errors="replace", timeout=timeout, preexec_fn=limits)
+    return p.returncode, p.stdout, p.stderr
+
+
+# ---------------------------------------------------------------- file helpers for setups
+def write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def counterexample(prop, case):
+    return json.dumps({"format": "hybrid-twin-counterexample/1", "property": prop, "seed": 1, "input": case})
+
+
+def fnv1a64(data):
+    h = 0xcbf29ce484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return "%016x" % h
+
+
+def make_checkpoint(d, name="ck"):
+    rc, _, err = run(["train", "--steps", "1", "--batch", "2", "--seq", "16", "--quiet", "--checkpoint", name], d)
+    assert rc == 0, err
+    return os.path.join(d, name)
+
+
+def manifest(ck):
+    with open(os.path.join(ck, "manifest.json")) as f:
+        return json.load(f)
+
+
+def save_manifest(ck, m):
+    write(os.path.join(ck, "manifest.json"), json.dumps(m))
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    n = struct.unpack("<Q", data[:8])[0]
+    return json.loads(data[8:8 + n]), data[8 + n:]
+
+
+def write_safetensors(path, header, body):
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - (8 + len(text)) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + body)
+
+
+def patch_checkpoint(ck, role, header_edit=None, value=None):
+    """Edits the checkpoint's `role` file (a header edit, or the first float set to `value`) and
+    rewrites the manifest's size and hash, so only the edit itself is wrong."""
+    m = manifest(ck)
+    path = os.path.join(ck, m["files"][role]["file"])
+    header, body = read_safetensors(path)
+    if header_edit:
+        header_edit(header)
+    if value is not None:
+        first = min((v["data_offsets"][0], k) for k, v in header.items() if k != "__metadata__")[0]
+        body = body[:first] + struct.pack("<f", value) + body[first + 4:]
+    write_safetensors(path, header, body)
+    with open(path, "rb") as f:
+        data = f.read()
+    m["files"][role]["bytes"], m["files"][role]["fnv1a64"] = len(data), fnv1a64(data)
+    save_manifest(ck, m)
+
+
+XML_HEAD = "<?xml version='1.0'?>\n<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n<platform version=\"4.1\">\n"
+XML_NOROUTE = XML_HEAD + """<zone id="z" routing="Full"><host id="gpu0" speed="1Gf"/><host id="gpu1" speed="1Gf"/>
+<link id="l" bandwidth="10GBps" latency="1us"/></zone></platform>"""
+XML_ZEROBW = XML_HEAD + """<zone id="z" routing="Full"><host id="gpu0" speed="1Gf"/><host id="gpu1" speed="1Gf"/>
+<link id="l" bandwidth="0Bps" latency="1us"/><route src="gpu0" dst="gpu1"><link_ctn id="l"/></route></zone></platform>"""
+XML_HUGE = XML_HEAD + """<cluster id="c" prefix="gpu" suffix="" radical="0-99999999" speed="1Gf" bw="10GBps" lat="1us"/></platform>"""
+XML_GOOD = XML_HEAD + """<cluster id="c" prefix="gpu" suffix="" radical="0-3" speed="1Gf" bw="10GBps" lat="1us"/></platform>"""
+
+
+def trace_with_metadata(d, **meta):
+    rc, _, err = run(["train", "--ep", "2", "--steps", "2", "--batch", "1", "--seq", "8", "--quiet", "--trace", "t.json"], d)
+    assert rc == 0, err
+    with open(os.path.join(d, "t.json")) as f:
+        t = json.load(f)
+    t["otherData"]["metadata"].update(meta)
+    write(os.path.join(d, "t.json"), json.dumps(t))
+
+
+def long_name_trace(d, name):
+    ev = [{"ph": "X", "name": name, "cat": "kernel", "ts": 0, "dur": 1, "pid": 0, "tid": 7}]
+    write(os.path.join(d, "t.json"), json.dumps({"traceEvents": ev}))
+
+
+def symlink(target, name):
+    return lambda d: os.symlink(target, os.path.join(d, name))
+
+
+def fifo(name):
+    return lambda d: os.mkfifo(os.path.join(d, name))
+
+
+def files(**contents):
+    def setup(d):
+        for name, text in contents.items():
+            path = os.path.join(d, name.replace("__", "/"))
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            write(path, text)
+    return setup
+
+
+def all_of(*setups):
+    def setup(d):
+        for s in setups:
+            s(d)
+    return setup
+
+
+def still_symlink(name, target):
+    def check(d):
+        p = os.path.join(d, name)
+        return None if os.path.islink(p) and os.readlink(p) == target else f"{name} is no longer the symlink to {target}"
+    return check
+
+
+def loads(ck, step):
+    def check(d):
+        rc, out, err = run(["train", "--resume", ck, "--steps", "0", "--json"], d)
+        if rc != 0:
+            return f"checkpoint {ck} does not load: {err.strip()}"
+        return None if json.loads(out)["start_step"] == step else f"checkpoint {ck} is not at step {step}"
+    return check
+
+
+def no_step_ran(d, out, err):
+    return "step " not in err
+
+
+# ---------------------------------------------------------------- the corpus
+# (name, issue class, expected exit code, argv, words in stderr, setup, extra check)
+CASES = [
+    # 1. replay files
+    ("replay-router-topk-exceeds-experts", 1, 2, ["fuzz", "--replay", "r.json"], "exceeds 'experts'",
+     files(**{"r.json": counterexample("engine.router", {"tokens": 12, "experts": 8, "topk": 9, "hidden": 4,
+                                                         "loss_scale": 1.0, "x": [1, 2], "router": [1]})}), None),
+    ("replay-router-sizes-disagree", 1, 2, ["fuzz", "--replay", "r.json"], "'x' must hold tokens x hidden",
+     files(**{"r.json": counterexample("engine.router", {"tokens": 12, "experts": 8, "topk": 3, "hidden": 4,
+                                                         "loss_scale": 1.0, "x": [1, 2], "router": [1]})}), None),
+    ("replay-deep-nesting", 1, 2, ["fuzz", "--replay", "r.json"], "deeper than 64 levels",
+     files(**{"r.json": '{"format":"hybrid-twin-counterexample/1","property":"engine.router","seed":1,"input":'
+                        + "[" * 100000 + "]" * 100000 + "}"}), None),
+    ("replay-unknown-field", 1, 2, ["fuzz", "--replay", "r.json"], "unknown field 'patern'",
+     files(**{"r.json": counterexample("pattern.roundtrip", {"patern": "M"})}), None),
+    ("replay-missing-field", 1, 2, ["fuzz", "--replay", "r.json"], "r.json: input:",
+     files(**{"r.json": counterexample("pattern.roundtrip", {})}), None),
+    ("replay-wrong-type", 1, 2, ["fuzz", "--replay", "r.json"], "'pattern' = 5 must be a string",
+     files(**{"r.json": counterexample("pattern.roundtrip", {"pattern": 5})}), None),
+    ("replay-engine-case-too-big", 1, 2, ["fuzz", "--replay", "r.json"], "'batch' = 100000",
+     files(**{"r.json": counterexample("engine.matches_model", {"pattern": "M*E", "ep": 1, "microbatches": 1, "batch": 100000,
+                                                                "seq": 8, "data_seed": 1, "weight_seed": 1,
+                                                                "model": {"hidden": 8}})}), None),
+    ("replay-not-json", 1, 2, ["fuzz", "--replay", "r.json"], "not valid JSON", files(**{"r.json": "{"}), None),
+    ("replay-unknown-property", 1, 2, ["fuzz", "--replay", "r.json"], "does not have",
+     files(**{"r.json": counterexample("pattern.nope", {"pattern": "M"})}), None),
+    ("replay-good-case-passes", 1, 0, ["fuzz", "--replay", "r.json"], "",
+     files(**{"r.json": counterexample("pattern.roundtrip", {"pattern": "M[*E]M[*E]-"})}), None),
+    # 2. --comm-regex
+    ("comm-regex-long-name", 2, 0, ["trace", "summary", "t.json", "--comm-regex", ".*nccl.*"], "",
+     lambda d: long_name_trace(d, "a" * 50000), None),
+    ("comm-regex-catastrophic", 2, 0, ["trace", "summary", "t.json", "--comm-regex", "(a+)+$"], "",
+     lambda d: long_name_trace(d, "a" * 41 + "!"), None),
+    ("comm-regex-backreference", 2, 2, ["trace", "summary", "t.json", "--comm-regex", "(a)\\1"], "invalid comm regex",
+     lambda d: long_name_trace(d, "aa"), None),
+    ("comm-regex-too-long", 2, 2, ["trace", "summary", "t.json", "--comm-regex", "a" * 2000], "more than the limit",
+     lambda d: long_name_trace(d, "aa"), None),
+    ("comm-regex-unbalanced", 2, 2, ["trace", "summary", "t.json", "--comm-regex", "("], "invalid comm regex",
+     lambda d: long_name_trace(d, "aa"), None),
+    # 3. platforms
+    ("platform-xml-no-route", 3, 2, ["simulate", "--pattern", "M*E", "--ep", "2", "--dp", "2", "--platform", "p.xml"],
+     "has no route from gpu0 to gpu1", files(**{"p.xml": XML_NOROUTE}), None),
+    ("platform-xml-zero-bandwidth", 3, 2, ["simulate", "--pattern", "M*E", "--ep", "2", "--dp", "2", "--platform", "p.xml"],
+     "a link needs a bandwidth > 0", files(**{"p.xml": XML_ZEROBW}), None),
+    ("platform-xml-good", 3, 0, ["simulate", "--pattern", "M*E", "--ep", "2", "--dp", "2", "--platform", "p.xml"], "",
+     files(**{"p.xml": XML_GOOD}), None),
+    ("platform-many-spare-nodes", 3, 0, ["simulate", "--pattern", "M*E", "--ep", "2", "--dp", "2", "--platform",
+                                         "dgx-h200:nodes=10000"], "", None, None),
+    ("platform-gpu-count-overflow", 3, 2, ["simulate", "--pattern", "M*E", "--platform",
+                                           "dgx-h200:nodes=65537,gpus_per_node=65535"], "4294967295 GPUs, more than the limit",
+     None, None),
+    ("platform-bad-value", 3, 2, ["simulate", "--pattern", "M*E", "--platform", "dgx-h100:nvlink_gbps=abc"],
+     "is not a number", None, None),
+    ("platform-unknown-preset", 3, 2, ["simulate", "--pattern", "M*E", "--platform", "dgx-z9"], "unknown platform preset",
+     None, None),
+    # 4. sizes with no upper bound
+    ("size-microbatches", 4, 2, ["simulate", "--pattern", "M*E", "--microbatches", "100000000"], "more than the limit of 4000000",
+     None, None),
+    ("size-dp", 4, 2, ["simulate", "--pattern", "M*E", "--dp", "1000000"], "more than the limit", None, None),
+    ("size-layers", 4, 2, ["simulate", "--pattern", "M-" * 50000, "--microbatches", "8"], "nodes, more than the limit",
+     None, None),
+    ("size-ep-experts", 4, 2, ["simulate", "--pattern", "M*E", "--ep", "65536", "--dp", "65536", "--num-experts", "65536"],
+     "peer transfers, more than the limit", None, None),
+    ("size-xml-hosts", 4, 2, ["simulate", "--pattern", "M*E", "--ep", "2", "--dp", "2", "--platform", "p.xml"],
+     "more than 1048576 hosts", files(**{"p.xml": XML_HUGE}), None),
+    ("size-calibrate-metadata-microbatches", 4, 2, ["calibrate", "t.json"], "the trace's metadata",
+     lambda d: trace_with_metadata(d, microbatches="100000000"), None),
+    ("size-train-hidden", 4, 2, ["train", "--hidden", "1000000000", "--steps", "1"], "needs about", None, None),
+    ("size-sweep-combinations", 4, 2, ["simulate", "--pattern", "M*E", "--sweep", "ep=" + ",".join(["1"] * 200),
+                                       "--sweep", "microbatches=" + ",".join(["1"] * 200)], "more than the limit of 10000",
+     None, None),
+    # 5. special files as input
+    ("special-model-dev-zero", 5, 2, ["simulate", "--pattern", "M*E", "--model", "/dev/zero"], "character device", None, None),
+    ("special-costs-fifo", 5, 2, ["simulate", "--pattern", "M*E", "--costs", "f"], "a FIFO", fifo("f"), None),
+    ("special-replay-fifo", 5, 2, ["fuzz", "--replay", "f"], "a FIFO", fifo("f"), None),
+    ("special-replay-dev-zero", 5, 2, ["fuzz", "--replay", "/dev/zero"], "character device", None, None),
+    ("special-trace-fifo", 5, 2, ["trace", "summary", "f"], "a FIFO", fifo("f"), None),
+    ("special-trace-directory", 5, 2, ["trace", "summary", "."], "a directory", None, None),
+    ("special-data-fifo", 5, 2, ["train", "--steps", "1", "--data", "f"], "a FIFO", fifo("f"), None),
+    ("special-data-dev-zero", 5, 2, ["train", "--steps", "1", "--data", "/dev/zero"], "character device", None, None),
+    ("special-platform-fifo", 5, 2, ["simulate", "--pattern", "M*E", "--platform", "f.xml"], "a FIFO", fifo("f.xml"), None),
+    ("special-import-gpt-directory", 5, 2, ["train", "--pattern", "*-", "--steps", "1", "--import-gpt", "."], "a directory", None, None),
+    ("special-checkpoint-file-dev-zero", 5, 2, ["train", "--resume", "ck", "--steps", "1"], "not a regular file",
+     lambda d: (lambda ck: (os.remove(os.path.join(ck, manifest(ck)["files"]["model"]["file"])),
+                            os.symlink("/dev/zero", os.path.join(ck, manifest(ck)["files"]["model"]["file"]))))(make_checkpoint(d)),
+     None),
+    ("special-model-too-large", 5, 2, ["simulate", "--pattern", "M*E", "--model", "big.json"], "more than the limit of 64 MiB",
+     lambda d: open(os.path.join(d, "big.json"), "wb").truncate(100 << 20), None),
+    # 6. outputs
+    ("output-plan-symlink-to-device", 6, 2, ["plan", "--pattern", "M*E", "-o", "out.json"], "refusing to replace it",
+     symlink("/dev/null", "out.json"), still_symlink("out.json", "/dev/null")),
+    ("output-simulate-trace-fifo", 6, 2, ["simulate", "--pattern", "M*E", "--trace", "f"], "a FIFO", fifo("f"), None),
+    ("output-simulate-svg-directory", 6, 2, ["simulate", "--pattern", "M*E", "--svg", "d"], "a directory",
+     lambda d: os.mkdir(os.path.join(d, "d")), None),
+    ("output-trace-svg-symlink-to-device", 6, 2, ["trace", "svg", "t.json", "-o", "o.svg"], "refusing to replace it",
+     all_of(lambda d: long_name_trace(d, "gemm"), symlink("/dev/full", "o.svg")), still_symlink("o.svg", "/dev/full")),
+    ("output-calibrate-symlink-to-device", 6, 2, ["calibrate", "t.json", "-o", "c.json"], "refusing to replace it",
+     all_of(lambda d: trace_with_metadata(d), symlink("/dev/null", "c.json")), still_symlink("c.json", "/dev/null")),
+    ("output-train-trace-symlink-to-device", 6, 2, ["train", "--ep", "2", "--steps", "3", "--trace", "t.json"],
+     "refusing to replace it", symlink("/dev/null", "t.json"), no_step_ran),
+    ("output-missing-folder", 6, 2, ["plan", "--pattern", "M*E", "-o", "no/such/dir/p.json"], "does not exist", None, None),
+    ("output-through-symlink-to-file", 6, 0, ["plan", "--pattern", "M*E", "-o", "link.json"], "",
+     all_of(files(**{"real.json": "old"}), symlink("real.json", "link.json")),
+     lambda d: still_symlink("link.json", "real.json")(d) or
+     (None if open(os.path.join(d, "real.json")).read().startswith("{") else "the link's target was not written")),
+    # 8. resume accepts what cannot train
+    ("resume-nan-weight", 8, 2, ["train", "--resume", "ck", "--steps", "1"], "holds NaN",
+     lambda d: patch_checkpoint(make_checkpoint(d), "model", value=float("nan")), None),
+    ("resume-inf-weight", 8, 2, ["train", "--resume", "ck", "--steps", "1"], "holds an infinity",
+     lambda d: patch_checkpoint(make_checkpoint(d), "model", value=float("inf")), None),
+    ("resume-huge-weight", 8, 2, ["train", "--resume", "ck", "--steps", "1"], "beyond the bound",
+     lambda d: patch_checkpoint(make_checkpoint(d), "model", value=3e38), None),
+    ("resume-negative-optimizer-step", 8, 2, ["train", "--resume", "ck", "--steps", "1"], "optimizer step",
+     lambda d: patch_checkpoint(make_checkpoint(d), "optimizer",
+                                header_edit=lambda h: h["__metadata__"].update(step="-3")), None),
+    ("resume-negative-manifest-step", 8, 2, ["train", "--resume", "ck", "--steps", "1"], "outside [0, 2^53]",
+     lambda d: (lambda ck: save_manifest(ck, {**manifest(ck), "step": -1}))(make_checkpoint(d)), None),
+    ("resume-good", 8, 0, ["train", "--resume", "ck", "--steps", "1", "--quiet"], "", lambda d: make_checkpoint(d), None),
+    # 9. integer overflow
+    ("overflow-seq", 9, 2, ["train", "--seq", "2147483647", "--steps", "1"], "tokens per step, more than the limit", None, None),
+    ("overflow-manifest-step", 9, 2, ["train", "--resume", "ck", "--steps", "1"], "outside [0, 2^53]",
+     lambda d: (lambda ck: save_manifest(ck, {**manifest(ck), "step": 2**63 - 1}))(make_checkpoint(d)), None),
+    ("overflow-link-latency", 9, 2, ["train", "--ep", "2", "--steps", "1", "--link-latency-us", "1e300"],
+     "--link-latency-us", None, None),
+    ("overflow-link-bandwidth", 9, 2, ["train", "--ep", "2", "--steps", "1", "--link-gbps", "1e-300"], "--link-gbps",
+     None, None),
+    ("overflow-cost-value", 9, 2, ["simulate", "--pattern", "M*E", "--costs", "c.json"], "[0.000000, 1e12]",
+     files(**{"c.json": '{"launch_overhead_us": 1e300}'}), None),
+    # 10. messages
+    ("message-dash-pattern", 10, 2, ["pattern", "-M-"], "put '--' before a pattern", None, None),
+    ("message-dash-pattern-after-double-dash", 10, 0, ["pattern", "--", "-M-"], "", None, None),
+    ("message-dash-pattern-equals", 10, 0, ["simulate", "--pattern=-M-"], "", None, None),
+    ("message-costs-names-file", 10, 2, ["simulate", "--pattern", "M*E", "--costs", "c.json"], "c.json",
+     files(**{"c.json": "{not json"}), None),
+    ("message-model-names-file-and-field", 10, 2, ["simulate", "--pattern", "M*E", "--model", "m.json"], "m.json",
+     files(**{"m.json": '{"hiden": 5}'}), None),
+    ("message-out-of-memory-not-bad-alloc", 10, 2, ["train", "--hidden", "1000000000"], "GiB", None,
+     lambda d: None),
+    # 11. validated too late
+    ("late-sweep-value", 11, 2, ["simulate", "--pattern", "M*E", "--sweep", "ep=1,2,abc"], "'abc' is not an integer",
+     None, lambda d, out, err: out == ""),
+    ("late-sweep-plan-too-large", 11, 2, ["simulate", "--pattern", "M*E", "--sweep", "microbatches=1,100000000"],
+     "--sweep microbatches=100000000", None, lambda d, out, err: out == ""),
+    ("late-simulate-trace-folder", 11, 2, ["simulate", "--pattern", "M*E", "--microbatches", "8", "--trace", "no/t.json"],
+     "does not exist", None, None),
+    ("late-train-checkpoint-not-a-folder", 11, 2, ["train", "--steps", "30", "--checkpoint", "file"], "not a directory",
+     files(**{"file": "x"}), no_step_ran),
+    # what held up before and must keep holding
+    ("kept-unknown-flag", 0, 2, ["simulate", "--pattern", "M*E", "--no-such-flag"], "", None, None),
+    ("kept-bad-pattern-caret", 0, 2, ["pattern", "M[[*E]]"], "^", None, None),
+    ("kept-parallel-range", 0, 2, ["simulate", "--pattern", "M*E", "--ep", "0"], "ep", None, None),
+    ("kept-model-json-type", 0, 2, ["simulate", "--pattern", "M*E", "--model", "m.json"], "must be an integer",
+     files(**{"m.json": '{"hidden": "big"}'}), None),
+    ("kept-trace-nesting", 0, 2, ["trace", "summary", "t.json"], "nested deeper",
+     files(**{"t.json": '{"x":' + "[" * 5000 + "]" * 5000 + "}"}), None),
+    ("kept-truncated-checkpoint", 0, 2, ["train", "--resume", "ck", "--steps", "1"], "truncated",
+     lambda d: (lambda ck: os.truncate(os.path.join(ck, manifest(ck)["files"]["model"]["file"]), 100))(make_checkpoint(d)),
+     None),
+]
+
+
+def temporary_files(d):
+    found = []
+    for root, _, names in os.walk(d):
+        found += [os.path.join(root, n) for n in names if ".tmp-" in n]
+    return found
+
+
+def run_case(case):
+    name, _, want, argv, words, setup, check = case
+    d = tempfile.mkdtemp(prefix="ht-bad-")
+    try:
+        if setup:
+            setup(d)
+        try:
+            rc, out, err = run(argv, d)
+        except subprocess.TimeoutExpired:
+            return f"still running after {TIMEOUT_S} s"
+        if rc < 0:
+            return f"died of signal {-rc}: {err.strip()[-300:]}"
+        if rc != want:
+            return f"exit {rc}, expected {want}: {err.strip()[-300:]}"
+        if words and words not in err:
+            return f"stderr lacks {words!r}: {err.strip()[-300:]}"
+        if want == 2 and err.count("\n") > 4:
+            return f"a refusal of {err.count(chr(10))} lines: {err.strip()[-300:]}"
+        litter = temporary_files(d)
+        if litter:
+            return f"left temporary files: {litter}"
+        if check:
+            why = check(d, out, err) if check.__code__.co_argcount == 3 else check(d)
+            if why is False:
+                return "the extra check failed"
+            if isinstance(why, str):
+                return why
+        return None
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- interrupts and full disks
+class Tmpfs:
+    """A small tmpfs mounted for one case (root, Linux)."""
+
+    def __init__(self, size, options=""):
+        self.path = tempfile.mkdtemp(prefix="ht-tmpfs-")
+        opts = f"size={size}" + ("," + options if options else "")
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", self.path], capture_output=True, text=True)
+        if r.returncode != 0:
+            os.rmdir(self.path)
+            raise OSError(r.stderr.strip() or "mount failed")
+
+    def close(self):
+        subprocess.run(["umount", self.path], capture_output=True)
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def interrupt_cases():
+    """SIGINT/SIGTERM while a long run writes a checkpoint after every step: the run stops with
+    128 + signal (or finishes), the checkpoint folder holds exactly one generation that loads, and
+    no temporary file is left."""
+    results = []
+    for k, (sig, delay) in enumerate([(signal.SIGINT, 0.0), (signal.SIGTERM, 0.0), (signal.SIGINT, 0.013),
+                                      (signal.SIGTERM, 0.021), (signal.SIGINT, 0.034), (signal.SIGTERM, 0.055),
+                                      (signal.SIGINT, 0.089), (signal.SIGTERM, 0.144)]):
+        name = f"interrupt-checkpoint-{signal.Signals(sig).name}-{k}"
+        if FILTER and FILTER not in name:
+            continue
+        d = tempfile.mkdtemp(prefix="ht-bad-")
+        try:
+            p = subprocess.Popen([BIN, "train", "--steps", "400", "--checkpoint-every", "1", "--checkpoint", "ck",
+                                  "--hidden", "128", "--ffn", "512", "--experts", "8", "--moe-ffn", "256",
+                                  "--batch", "1", "--seq", "8", "--quiet"],
+                                 cwd=d, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                 text=True, preexec_fn=limits)
+            deadline = time.time() + TIMEOUT_S
+            while not os.path.exists(os.path.join(d, "ck", "manifest.json")) and p.poll() is None and time.time() < deadline:
+                time.sleep(0.002)
+            time.sleep(delay)
+            p.send_signal(sig)
+            try:
+                _, err = p.communicate(timeout=TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.communicate()
+                results.append((name, "did not stop after the signal"))
+                continue
+            why = None
+            if p.returncode not in (0, 128 + sig):
+                why = f"exit {p.returncode}, expected {128 + sig}: {err.strip()[-300:]}"
+            elif temporary_files(d):
+                why = f"left temporary files: {temporary_files(d)}"
+            else:
+                names = sorted(os.listdir(os.path.join(d, "ck")))
+                if len(names) != 3:
+                    why = f"the checkpoint folder holds {names}"
+                else:
+                    rc, _, err2 = run(["train", "--resume", "ck", "--steps", "0", "--quiet"], d)
+                    if rc != 0:
+                        why = f"the checkpoint does not load after the signal: {err2.strip()[-300:]}"
+            results.append((name, why))
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+    return results
+
+
+def mounted_cases():
+    names = ["full-disk-checkpoint-keeps-previous", "full-disk-trace", "read-only-checkpoint-before-first-step"]
+    names = [n for n in names if not FILTER or FILTER in n]
+    if not names:
+        return [], []
+    if not IS_ROOT:
+        return [], [(n, "needs root on Linux to mount a small tmpfs") for n in names]
+    results, skipped = [], []
+    for name in names:
+        try:
+            fs = Tmpfs("3m" if name != "read-only-checkpoint-before-first-step" else "1m",
+                       "ro" if name == "read-only-checkpoint-before-first-step" else "")
+        except OSError as e:
+            skipped.append((name, f"cannot mount a tmpfs here: {e}"))
+            continue
+        d = tempfile.mkdtemp(prefix="ht-bad-")
+        try:
+            ck = os.path.join(fs.path, "ck")
+            if name == "full-disk-checkpoint-keeps-previous":
+                # One generation (model + optimizer, 1.8 MB) fits in 3 MB, the next cannot be written.
+                rc, _, err = run(["train", "--steps", "3", "--checkpoint-every", "1", "--checkpoint", ck, "--quiet"], d)
+                why = None
+                if rc != 2 or "No space left on device" not in err:
+                    why = f"exit {rc}, expected 2 with the OS's reason: {err.strip()[-300:]}"
+                elif temporary_files(fs.path) or len(os.listdir(ck)) != 3:
+                    why = f"left {sorted(os.listdir(ck))} in the checkpoint folder"
+                else:
+                    why = loads(ck, 1)(d)
+            elif name == "full-disk-trace":
+                with open(os.path.join(fs.path, "filler"), "wb") as f:
+                    try:
+                        f.write(b"\0" * (3 << 20))
+                    except OSError:
+                        pass
+                rc, _, err = run(["simulate", "--pattern", "M*E", "--ep", "2", "--dp", "2", "--trace",
+                                  os.path.join(fs.path, "t.json")], d)
+                why = None if rc == 2 and "No space left on device" in err and not temporary_files(fs.path) \
+                    and not os.path.exists(os.path.join(fs.path, "t.json")) else f"exit {rc}: {err.strip()[-300:]}"
+            else:
+                rc, _, err = run(["train", "--steps", "30", "--checkpoint", ck], d)
+                why = None if rc == 2 and "Read-only file system" in err and "step " not in err \
+                    else f"exit {rc}, expected 2 before the first step: {err.strip()[-300:]}"
+            results.append((name, why))
+        finally:
+            fs.close()
+            shutil.rmtree(d, ignore_errors=True)
+    return results, skipped
+
+
+def main():
+    passed = failed = 0
+    skipped = []
+    chosen = [c for c in CASES if not FILTER or FILTER in c[0]]
+    # Two cases at a time (each in its own folder): the machine has two cores.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        verdicts = list(pool.map(run_case, chosen))
+    for case, why in zip(chosen, verdicts):
+        print(("FAIL " if why else "ok   ") + f"[class {case[1]:2}] {case[0]}" + (f": {why}" if why else ""), flush=True)
+        passed, failed = passed + (why is None), failed + (why is not None)
+    for name, why in interrupt_cases():
+        print(("FAIL " if why else "ok   ") + f"[class  7] {name}" + (f": {why}" if why else ""), flush=True)
+        passed, failed = passed + (why is None), failed + (why is not None)
+    results, skipped = mounted_cases()
+    for name, why in results:
+        print(("FAIL " if why else "ok   ") + f"[class  7] {name}" + (f": {why}" if why else ""), flush=True)
+        passed, failed = passed + (why is None), failed + (why is not None)
+    for name, why in skipped:
+        print(f"skip [class  7] {name}: {why}", flush=True)
+    print(f"{passed} passed, {failed} failed, {len(skipped)} skipped")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

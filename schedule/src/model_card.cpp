@@ -73,10 +73,12 @@ ModelCard parse_model_card(std::string_view text, const std::string& where) {
   if (!j.is_object()) bad(where + ": a model card is one JSON object");
   static const char* known[] = {"name", "description", "source", "pattern", "extends", "dims",
                                 "published", "training", "notes"};
-  for (const auto& [key, _] : j.items())
+  for (const auto& item : j.items()) {
+    const std::string& key = item.key();
     if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return key == k; }) == std::end(known))
       bad(where + ": unknown card field \"" + key + "\" (known: name, description, source, pattern, extends, dims, "
                   "published, training, notes)");
+  }
   ModelCard card;
   card.extends = string_field(j, "extends", where, false);
   if (!card.extends.empty()) {

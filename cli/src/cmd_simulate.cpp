@@ -45,6 +45,7 @@ struct SimulateArgs {
   int pairwise_max_group = sim::ReplayOptions{}.pairwise_max_group;
   std::string trace_out, svg_out;
   bool json_out = false;
+  bool no_fold = false;
   std::vector<std::string> sweeps;
   bool compare_grouping = false;
 };
@@ -73,10 +74,22 @@ struct Run {
   double peak_flops = 0;
 };
 
+// The schedule options a run builds with: folded (fold.hpp) unless --no-fold, where folding is
+// exact on this platform (sim::folding_exact) and no measured routing names every rank.
+hs::ScheduleOptions build_options(const Setup& s) {
+  hs::ScheduleOptions options = s.options;
+  hs::Plan layout;
+  layout.tp = s.parallel.tp, layout.cp = s.parallel.cp, layout.dp = s.parallel.dp, layout.pp = s.parallel.pp;
+  layout.ep = s.parallel.ep, layout.etp = s.parallel.etp;
+  const bool skewed = s.options.routing_skew != 0 && s.parallel.ep > 1;
+  options.fold = s.options.fold && s.costs.instances.empty() && sim::folding_exact(layout, s.platform, skewed);
+  return options;
+}
+
 Run simulate(const Setup& s, const sim::ReplayOptions& replay_options, bool keep_timeline) {
   Run run;
   const auto parsed = ht::patterns::parse(s.pattern);
-  run.plan = hs::build_plan(parsed, s.dims, s.parallel, s.options);
+  run.plan = hs::build_plan(parsed, s.dims, s.parallel, build_options(s));
   run.layout = s.parallel;
   run.memory = hs::peak_memory(parsed, s.dims, s.parallel, run.plan);
   run.global_batch = double(s.parallel.dp) * s.parallel.microbatches * s.dims.micro_batch;
@@ -150,6 +163,7 @@ nlohmann::json summary_json(const Run& r) {
           {"gpus", s.gpus},
           {"activities", s.activities},
           {"flows", s.flows},
+          {"simulated_ranks", r.result.folded_ranks > 0 ? r.result.folded_ranks : s.gpus},
           {"a2a_model", r.result.a2a_model},
           {"schedule", r.plan.schedule},
           {"nodes", r.plan.nodes.size()},
@@ -202,7 +216,7 @@ void print_run(const Setup& s, const Run& r) {
     std::cout << "pipeline     layers split with the " << (r.plan.account_embedding ? "embedding" : "")
               << (r.plan.account_embedding && r.plan.account_loss ? " and the " : "")
               << (r.plan.account_loss ? "loss" : "") << " counted as a layer\n";
-  std::cout << sim::describe(sim::sized_for(s.platform, static_cast<int>(r.plan.ranks.size())))
+  std::cout << sim::describe(sim::sized_for(s.platform, r.plan.layout_ranks()))
             << "step time    " << ms(m.step_time_s) << "  (" << perf.str() << ")\n"
             << "memory       " << gib(mem.total()) << " of " << gib(r.hbm_bytes) << (fits(r) ? " (fits)" : " (DOES NOT FIT)")
             << " on rank " << mem.rank << ": weights " << gib(mem.weights) << ", gradients " << gib(mem.gradients)
@@ -307,7 +321,7 @@ void check_plan_size_of(const Setup& s, const std::string& label) {
     return;
   }
   try {
-    hs::check_plan_size(*parsed, s.parallel);
+    hs::check_plan_size(*parsed, s.parallel, static_cast<double>(hs::built_ranks(s.parallel, build_options(s)).size()));
   } catch (const std::exception& e) {
     throw UsageError("--sweep " + label + ": " + e.what());
   }
@@ -485,6 +499,8 @@ int run(const SimulateArgs& a) {
   sim::ReplayOptions ro;
   ro.a2a = sim::parse_a2a_model(a.a2a_model);
   ro.pairwise_max_group = a.pairwise_max_group;
+  ro.fold = !a.no_fold;
+  s.options.fold = ro.fold;
   if (!a.sweeps.empty() || a.compare_grouping) {
     if (!a.trace_out.empty() || !a.svg_out.empty())
       throw UsageError("--trace and --svg describe one run; they cannot be combined with --sweep or --compare-grouping");
@@ -541,6 +557,9 @@ const Registration reg{{
                      "auto: pairwise flows for collectives of at most this many ranks")
           ->check(CLI::PositiveNumber)
           ->capture_default_str()
+          ->group(twin);
+      sub.add_flag("--no-fold", a->no_fold,
+                   "simulate every rank (default: ranks with the same work and transfers are simulated once)")
           ->group(twin);
       sub.add_option("--trace", a->trace_out, "write the predicted timeline as Chrome-trace JSON")->group(twin);
       sub.add_option("--svg", a->svg_out, "write the predicted timeline as SVG")->group(twin);

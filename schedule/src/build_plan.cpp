@@ -18,6 +18,7 @@
 #include "ht/schedule/build.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <optional>
 #include <set>
@@ -708,6 +709,51 @@ void check_recompute(const patterns::ParsedPattern& pattern, const ParallelConfi
 
 }  // namespace
 
+namespace {
+
+// Each gradient bucket's reduction (and parameter gather) names every other replica as a peer:
+// dp x cp ranks sending to dp x cp - 1 peers each, which plan_size's estimate (all-to-alls
+// only) does not count. Checked once the buckets are known, before any rank is built.
+void check_gradient_transfers(const ParallelConfig& config, const ScheduleOptions& options,
+                              const std::vector<std::vector<Bucket>>& buckets) {
+  const double dense = static_cast<double>(group_members(config, 0, Group::Dp).size());
+  const double expert = static_cast<double>(group_members(config, 0, Group::Edp).size());
+  double transfers = 0;
+  for (const BuiltRank& b : built_ranks(config, options)) {
+    const auto stage = static_cast<std::size_t>(b.rank / config.stage_ranks());
+    for (const Bucket& bk : buckets[stage]) transfers += 2 * ((bk.expert ? expert : dense) - 1);
+  }
+  if (transfers > kMaxPlanTransfers) {
+    std::size_t most = 0;
+    for (const auto& stage : buckets) most = std::max(most, stage.size());
+    char text[64];
+    std::snprintf(text, sizeof text, "about %.3g peer transfers, more than the limit of %.3g", transfers,
+                  kMaxPlanTransfers);
+    reject(ErrorCode::BadConfig, std::string("the plan's gradient reductions would hold ") + text +
+                                     " (data-parallel group of " + std::to_string(static_cast<long long>(dense)) +
+                                     " ranks, up to " + std::to_string(most) +
+                                     " buckets per rank); reduce dp, or with --no-fold the ranks");
+  }
+}
+
+}  // namespace
+
+std::vector<BuiltRank> built_ranks(const ParallelConfig& config, const ScheduleOptions& options) {
+  std::vector<BuiltRank> out;
+  const int stage = config.stage_ranks();
+  if (options.fold && stage > 1) {
+    // Every rank of a stage does the same work with other peers; under skewed routing the
+    // experts' load depends on the EP rank, so each EP rank is its own class.
+    const bool skewed = options.routing_skew != 0 && config.ep > 1;
+    for (int p = 0; p < config.pp; ++p)
+      for (int e = 0; e < (skewed ? config.ep : 1); ++e)
+        out.push_back({p * stage + config.etp * e, skewed ? stage / config.ep : stage});
+    return out;
+  }
+  for (int r = 0; r < config.global_ranks(); ++r) out.push_back({r, 1});
+  return out;
+}
+
 std::string_view schedule_name(const ParallelConfig& config, const ScheduleOptions& options) {
   if (!options.overlap) return "sequential";
   return config.pp == 1 ? "combined_1f1b" : "interleaved_1f1b";
@@ -718,7 +764,10 @@ void check_schedule_config(const patterns::ParsedPattern& pattern, const ModelDi
   validate(dims);
   validate(config);
   validate(options);
-  check_plan_size(pattern, config);  // before any O(size) work
+  // Before any O(size) work; a folded build holds only its representatives' nodes.
+  const bool fold = options.fold && config.stage_ranks() > 1;
+  const bool skewed = options.routing_skew != 0 && config.ep > 1;
+  check_plan_size(pattern, config, fold ? double(config.pp) * (skewed ? config.ep : 1) : 0.0);
   const int segments = pattern.segment_count();
   if (segments > 1 && segments % config.pp == 0 && segments != config.pp * config.model_chunks())
     reject(ErrorCode::BadConfig, "the pattern has " + std::to_string(segments) + " pipe segments but pp = " +
@@ -832,10 +881,25 @@ Plan build_plan(const patterns::ParsedPattern& pattern, const ModelDims& dims,
   // Build every rank from its step list.
   std::vector<std::vector<Bucket>> buckets(static_cast<std::size_t>(config.pp));
   std::vector<double> replicated(static_cast<std::size_t>(config.pp), 0);
-  if (ctx.megatron_sync())
+  if (ctx.megatron_sync()) {
     for (int p = 0; p < config.pp; ++p) buckets[static_cast<std::size_t>(p)] = rank_buckets(ctx, p, &replicated[static_cast<std::size_t>(p)]);
+    check_gradient_transfers(config, options, buckets);
+  }
+  // With ScheduleOptions::fold only representatives are built (fold.hpp): the lowest rank of
+  // each pipeline stage, or of each (stage, EP rank) under skewed routing, whose node sequences
+  // every other rank of its class repeats with other peers.
+  std::vector<int> built;
+  std::vector<int> stands_for;
+  const int world = config.global_ranks();
+  for (const BuiltRank& b : built_ranks(config, options)) {
+    built.push_back(b.rank);
+    stands_for.push_back(b.stands_for);
+  }
+  const bool folded = built.size() < static_cast<std::size_t>(world);
+  std::vector<int> plan_rank_of(static_cast<std::size_t>(world), -1);
+  for (std::size_t i = 0; i < built.size(); ++i) plan_rank_of[static_cast<std::size_t>(built[i])] = static_cast<int>(i);
   std::vector<RankBuilder> builders;
-  for (int r = 0; r < config.global_ranks(); ++r) {
+  for (int r : built) {
     RankBuilder b(ctx, r);
     const auto pp = static_cast<std::size_t>(b.coords().pp);
     b.gather_parameters_first(buckets[pp]);
@@ -861,11 +925,16 @@ Plan build_plan(const patterns::ParsedPattern& pattern, const ModelDims& dims,
   plan.works = std::move(works.works);
   std::vector<int> offset;
   std::map<P2pKey, int> recv_ids;
+  if (folded) plan.world = world;
   for (RankBuilder& b : builders) {
     const int base = static_cast<int>(plan.nodes.size());
     offset.push_back(base);
     RankPlan rp;
-    rp.rank = b.rank();
+    rp.rank = static_cast<int>(plan.ranks.size());
+    if (folded) {
+      rp.original = b.rank();
+      rp.stands_for = stands_for[plan.ranks.size()];
+    }
     rp.pp_rank = b.coords().pp;
     rp.ep_rank = b.coords().ep;
     rp.dp_rank = b.coords().dp;
@@ -873,6 +942,7 @@ Plan build_plan(const patterns::ParsedPattern& pattern, const ModelDims& dims,
     rp.cp_rank = b.coords().cp;
     for (Node& n : b.nodes) {
       n.id += base;
+      n.rank = rp.rank;
       for (int& dep : n.deps) dep += base;
       rp.issue.push_back(n.id);
       plan.nodes.push_back(std::move(n));
@@ -888,7 +958,13 @@ Plan build_plan(const patterns::ParsedPattern& pattern, const ModelDims& dims,
   std::map<std::tuple<int, int, int, int, int>, int> collective_of;
   auto join = [&](std::tuple<int, int, int, int, int> key, CollectiveKind kind, Group g, int node) {
     auto [it, fresh] = collective_of.try_emplace(key, static_cast<int>(plan.collectives.size()));
-    if (fresh) plan.collectives.push_back({it->second, kind, g, {}});
+    if (fresh) {
+      plan.collectives.push_back({it->second, kind, g, {}, {}});
+      // A folded plan names every layout rank of a rendezvous; the nodes are the built ones.
+      if (folded && kind != CollectiveKind::PointToPoint)
+        plan.collectives.back().ranks =
+            builders[static_cast<std::size_t>(plan.nodes[static_cast<std::size_t>(node)].rank)].group(g);
+    }
     plan.collectives[static_cast<std::size_t>(it->second)].nodes.push_back(node);
     plan.nodes[static_cast<std::size_t>(node)].collective = it->second;
   };
@@ -896,7 +972,7 @@ Plan build_plan(const patterns::ParsedPattern& pattern, const ModelDims& dims,
   for (std::size_t r = 0; r < builders.size(); ++r) {
     for (const auto& [local, key] : builders[r].sends) {
       const auto it = recv_ids.find(key);
-      if (it == recv_ids.end())
+      if (it == recv_ids.end() || (folded && plan_rank_of[static_cast<std::size_t>(key.rank)] < 0))
         throw std::logic_error("pipeline send of rank " + std::to_string(r) + " (microbatch " +
                                std::to_string(key.microbatch) + ") has no matching receive on rank " +
                                std::to_string(key.rank));

@@ -47,9 +47,14 @@ void check_plan_structure(const Plan& plan) {
   if (plan.tp < 1 || plan.cp < 1 || plan.etp < 1)
     bad("plan sizes must be >= 1 (tp " + std::to_string(plan.tp) + ", cp " + std::to_string(plan.cp) + ", etp " +
         std::to_string(plan.etp) + ")");
-  if (static_cast<long long>(n_ranks) != static_cast<long long>(plan.pp) * plan.dp * plan.tp * plan.cp)
-    bad("plan has " + std::to_string(n_ranks) + " ranks, but tp x cp x dp x pp = " +
+  if (static_cast<long long>(plan.layout_ranks()) != static_cast<long long>(plan.pp) * plan.dp * plan.tp * plan.cp)
+    bad("plan has " + std::to_string(plan.layout_ranks()) + " ranks, but tp x cp x dp x pp = " +
         std::to_string(static_cast<long long>(plan.pp) * plan.dp * plan.tp * plan.cp));
+  if (plan.world != 0 && plan.world < n_ranks) bad("plan.world = " + std::to_string(plan.world) + " is below its ranks");
+  for (const RankPlan& rp : plan.ranks)
+    if (rp.original < -1 || rp.original >= plan.layout_ranks() || rp.stands_for < 1)
+      bad("ranks[" + std::to_string(rp.rank) + "] stands for layout rank " + std::to_string(rp.original) + " x " +
+          std::to_string(rp.stands_for));
   for (int i = 0; i < n_nodes; ++i) {
     const Node& n = plan.nodes[static_cast<std::size_t>(i)];
     const std::string where = "node " + std::to_string(i);
@@ -65,7 +70,7 @@ void check_plan_structure(const Plan& plan) {
     if (!std::isfinite(n.flops) || n.flops < 0 || !std::isfinite(n.mem_bytes) || n.mem_bytes < 0)
       bad(where + " has a negative or non-finite cost");
     for (const Transfer& t : n.sends)
-      if (t.peer < 0 || t.peer >= n_ranks || !std::isfinite(t.bytes) || t.bytes < 0)
+      if (t.peer < 0 || t.peer >= plan.layout_ranks() || !std::isfinite(t.bytes) || t.bytes < 0)
         bad(where + " sends to peer " + std::to_string(t.peer) + " " + std::to_string(t.bytes) + " bytes");
     for (int d : n.deps)
       if (d < 0 || d >= n_nodes || d == i) bad(where + " depends on the dangling node id " + std::to_string(d));

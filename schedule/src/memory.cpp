@@ -211,7 +211,7 @@ MemoryBreakdown peak_memory(const patterns::ParsedPattern& pattern, const ModelD
     const double gradients = 4 * (dense[pp] + expert[pp]);
     const double optimizer = 12 * (dense[pp] / dense_d + expert[pp] / expert_d);
     if (weights + gradients + optimizer + peak > best.total() || best.activations < 0) {
-      best.rank = rp.rank;
+      best.rank = plan.original_rank(rp.rank);
       best.weights = weights;
       best.gradients = gradients;
       best.optimizer = optimizer;

@@ -115,6 +115,7 @@ std::string plan_to_json(const Plan& plan) {
   j["delay_wgrad"] = plan.delay_wgrad;
   j["account_embedding"] = plan.account_embedding;
   j["account_loss"] = plan.account_loss;
+  if (plan.world != 0) j["world"] = plan.world;
   ojson works = ojson::array();
   for (const Work& w : plan.works) {
     ojson kernels = ojson::array();
@@ -149,19 +150,22 @@ std::string plan_to_json(const Plan& plan) {
   }
   j["nodes"] = std::move(nodes);
   ojson collectives = ojson::array();
-  for (const Collective& c : plan.collectives)
-    collectives.push_back(
-        {{"id", c.id}, {"kind", to_string(c.kind)}, {"group", to_string(c.group)}, {"nodes", ints(c.nodes)}});
+  for (const Collective& c : plan.collectives) {
+    ojson o = {{"id", c.id}, {"kind", to_string(c.kind)}, {"group", to_string(c.group)}, {"nodes", ints(c.nodes)}};
+    if (!c.ranks.empty()) o["ranks"] = ints(c.ranks);
+    collectives.push_back(std::move(o));
+  }
   j["collectives"] = std::move(collectives);
   ojson ranks = ojson::array();
-  for (const RankPlan& r : plan.ranks)
-    ranks.push_back({{"rank", r.rank},
-                     {"pp_rank", r.pp_rank},
-                     {"ep_rank", r.ep_rank},
-                     {"dp_rank", r.dp_rank},
-                     {"tp_rank", r.tp_rank},
-                     {"cp_rank", r.cp_rank},
-                     {"issue", ints(r.issue)}});
+  for (const RankPlan& r : plan.ranks) {
+    ojson o = {{"rank", r.rank},       {"pp_rank", r.pp_rank}, {"ep_rank", r.ep_rank}, {"dp_rank", r.dp_rank},
+               {"tp_rank", r.tp_rank}, {"cp_rank", r.cp_rank}, {"issue", ints(r.issue)}};
+    if (r.original >= 0) {
+      o["original"] = r.original;
+      o["stands_for"] = r.stands_for;
+    }
+    ranks.push_back(std::move(o));
+  }
   j["ranks"] = std::move(ranks);
   return j.dump() + "\n";
 }
@@ -200,6 +204,7 @@ Plan plan_from_json(std::string_view text) {
   if (!v1) {
     plan.account_embedding = top.boolean("account_embedding");
     plan.account_loss = top.boolean("account_loss");
+    if (top.has("world")) plan.world = top.integer("world");
     const json& works = top.array("works");
     for (std::size_t i = 0; i < works.size(); ++i) {
       const std::string where = "plan.works[" + std::to_string(i) + "]";
@@ -263,6 +268,7 @@ Plan plan_from_json(std::string_view text) {
     c.kind = r.enumeration<CollectiveKind>("kind", &collective_kind_from_string);
     if (!v1) c.group = r.enumeration<Group>("group", &group_from_string);
     c.nodes = r.int_array("nodes");
+    if (!v1 && r.has("ranks")) c.ranks = r.int_array("ranks");
     r.done();
     plan.collectives.push_back(std::move(c));
   }
@@ -277,6 +283,10 @@ Plan plan_from_json(std::string_view text) {
     if (!v1) {
       rp.tp_rank = r.integer("tp_rank");
       rp.cp_rank = r.integer("cp_rank");
+      if (r.has("original")) {
+        rp.original = r.integer("original");
+        rp.stands_for = r.integer("stands_for");
+      }
     }
     rp.issue = r.int_array("issue");
     r.done();

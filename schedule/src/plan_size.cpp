@@ -26,8 +26,9 @@ std::string count(double v) {
 
 }  // namespace
 
-PlanSize estimate_plan_size(const patterns::ParsedPattern& pattern, const ParallelConfig& config) {
-  const double ranks = double(config.tp) * double(config.cp) * double(config.dp) * double(config.pp);
+PlanSize estimate_plan_size(const patterns::ParsedPattern& pattern, const ParallelConfig& config, double built) {
+  const double ranks =
+      built > 0 ? built : double(config.tp) * double(config.cp) * double(config.dp) * double(config.pp);
   const double microbatches = config.microbatches;
   double layers = pattern.logical_count() + pattern.mtp_depths;
   double moe = pattern.mtp_depths > 0 && pattern.mtp.find('E') != std::string::npos ? pattern.mtp_depths : 0;
@@ -42,13 +43,13 @@ PlanSize estimate_plan_size(const patterns::ParsedPattern& pattern, const Parall
   return s;
 }
 
-void check_plan_size(const patterns::ParsedPattern& pattern, const ParallelConfig& config) {
+void check_plan_size(const patterns::ParsedPattern& pattern, const ParallelConfig& config, double built) {
   const double ranks = double(config.tp) * double(config.cp) * double(config.dp) * double(config.pp);
   if (ranks > double(kMaxPlanRanks))
     throw ScheduleError(ErrorCode::BadConfig,
                         "tp x cp x dp x pp = " + count(ranks) + " ranks is more than the limit of " +
                             count(double(kMaxPlanRanks)) + " ranks of one plan");
-  const PlanSize s = estimate_plan_size(pattern, config);
+  const PlanSize s = estimate_plan_size(pattern, config, built);
   const std::string knobs = " (ranks tp x cp x dp x pp = " + count(ranks) + ", microbatches " +
                             std::to_string(config.microbatches) + ", " + std::to_string(pattern.logical_count()) +
                             " layers, ep " + std::to_string(config.ep) + ")";

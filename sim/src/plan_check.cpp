@@ -1,5 +1,6 @@
 // Consistency checks a plan must pass before the replay trusts its indices: a malformed plan
 // (from JSON or a buggy builder) becomes one BadPlan message instead of a crash inside SimGrid.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -40,7 +41,8 @@ void validate_plan(const schedule::Plan& plan) {
     for (int d : node.deps)
       if (d < 0 || d >= n_nodes || d == i) fail(where + " depends on invalid node " + std::to_string(d));
     for (const auto& t : node.sends) {
-      if (t.peer < 0 || t.peer >= world) fail(where + " sends to rank " + std::to_string(t.peer) + " outside the plan");
+      if (t.peer < 0 || t.peer >= plan.layout_ranks())
+        fail(where + " sends to rank " + std::to_string(t.peer) + " outside the plan");
       if (!finite_non_negative(t.bytes)) fail(where + " sends a negative or non-finite byte count");
     }
     if (node.collective >= static_cast<int>(plan.collectives.size()) || node.collective < -1)
@@ -56,6 +58,10 @@ void validate_plan(const schedule::Plan& plan) {
     const std::string where = "collective " + std::to_string(c);
     if (coll.id != c) fail(where + " has id " + std::to_string(coll.id));
     if (coll.nodes.empty()) fail(where + " has no members");
+    if (!coll.ranks.empty() && !plan.folded()) fail(where + " lists layout ranks in an unfolded plan");
+    for (int r : coll.ranks)
+      if (r < 0 || r >= plan.layout_ranks()) fail(where + " names layout rank " + std::to_string(r));
+    // Sorted copies, so that a collective of a large data-parallel group checks in n log n.
     std::vector<int> ranks_seen;
     for (int n : coll.nodes) {
       if (n < 0 || n >= n_nodes) fail(where + " lists unknown node " + std::to_string(n));
@@ -63,18 +69,21 @@ void validate_plan(const schedule::Plan& plan) {
         fail(where + " lists node " + std::to_string(n) + " which names collective " + std::to_string(plan.nodes[n].collective));
       if (member_of[n] != -1) fail("node " + std::to_string(n) + " is listed twice in collectives");
       member_of[n] = c;
-      for (int r : ranks_seen)
-        if (r == plan.nodes[n].rank) fail(where + " has two members on rank " + std::to_string(r));
-      ranks_seen.push_back(plan.nodes[n].rank);
+      ranks_seen.push_back(plan.original_rank(plan.nodes[n].rank));
     }
+    std::sort(ranks_seen.begin(), ranks_seen.end());
+    const auto twice = std::adjacent_find(ranks_seen.begin(), ranks_seen.end());
+    if (twice != ranks_seen.end()) fail(where + " has two members on rank " + std::to_string(*twice));
+    std::vector<int> members = coll.ranks.empty() ? ranks_seen : coll.ranks;
+    std::sort(members.begin(), members.end());
+    auto is_member = [&](int r) { return std::binary_search(members.begin(), members.end(), r); };
+    for (int r : ranks_seen)
+      if (!is_member(r)) fail(where + " has a member on rank " + std::to_string(r) + " outside its layout ranks");
     for (int n : coll.nodes)
-      for (const auto& t : plan.nodes[n].sends) {
-        bool member = false;
-        for (int r : ranks_seen) member = member || r == t.peer;
-        if (!member)
+      for (const auto& t : plan.nodes[n].sends)
+        if (!is_member(t.peer))
           fail("node " + std::to_string(n) + " of " + where + " sends to rank " + std::to_string(t.peer) +
                " which is not a member");
-      }
   }
   for (int i = 0; i < n_nodes; ++i)
     if (plan.nodes[i].collective >= 0 && member_of[i] != plan.nodes[i].collective)

@@ -62,7 +62,8 @@ std::vector<std::string> engine_args() {
   return args;
 }
 
-std::vector<sg4::Host*> build_platform(sg4::Engine& engine, const PlatformSpec& spec, int world) {
+std::vector<sg4::Host*> build_platform(sg4::Engine& engine, const PlatformSpec& spec, int world, bool folded,
+                                       const std::vector<char>* needed_nodes) {
   std::vector<sg4::Host*> hosts;
   if (!spec.xml_file.empty() && spec.host_cores > 0)
     throw SimError(SimErrorCode::BadPlatform, "host_cores models the CPU backend on a preset platform, not on '" +
@@ -106,14 +107,36 @@ std::vector<sg4::Host*> build_platform(sg4::Engine& engine, const PlatformSpec& 
   // Only the nodes and GPUs the plan uses are built: the others carry no traffic, and the leaf
   // bandwidth keeps the full node's figure, so `nodes=10000` for a 2-GPU plan costs what 1 node does.
   const int used_nodes = (world + spec.gpus_per_node - 1) / spec.gpus_per_node;
+  auto needed = [&](int n) {
+    return needed_nodes == nullptr || n >= static_cast<int>(needed_nodes->size()) ||
+           (*needed_nodes)[static_cast<std::size_t>(n)] != 0;
+  };
+  std::int64_t built_nodes = 0, built_gpus = 0;
+  for (int n = 0; n < used_nodes; ++n)
+    if (needed(n)) {
+      ++built_nodes;
+      built_gpus += std::min(spec.gpus_per_node, world - n * spec.gpus_per_node);
+    }
+  if (built_gpus > kMaxSimulatedGpus || built_nodes > kMaxSimulatedNodes)
+    throw SimError(SimErrorCode::BadPlan,
+                   "the replay's flows reach " + std::to_string(built_gpus) + " GPUs on " + std::to_string(built_nodes) +
+                       " nodes, more than the limit of " + std::to_string(kMaxSimulatedGpus) + " GPUs or " +
+                       std::to_string(kMaxSimulatedNodes) +
+                       " nodes one replay simulates (an all-to-all reaches every rank of its group: reduce ep; "
+                       "unfolded, every rank is simulated: reduce the ranks)");
+  hosts.assign(static_cast<std::size_t>(world), nullptr);
   for (int n = 0; n < used_nodes; ++n) {
+    if (!needed(n)) continue;
     const int node_gpus = std::min(spec.gpus_per_node, world - n * spec.gpus_per_node);
     const std::string node = "node" + std::to_string(n);
     auto* zone = sg4::create_full_zone(node);
     zone->set_parent(fabric);
     auto* gateway = zone->create_router(node + "-nic-switch");
     std::vector<sg4::Host*> local;
-    std::vector<const sg4::Link*> nvl, nic;
+    std::vector<const sg4::Link*> nvl, nic, share;
+    // Folded on an oversubscribed fabric: each GPU's share of its node's leaf uplink, in series
+    // with its NIC (below).
+    const bool leaf_shares = folded && spec.oversubscription != 1.0;
     for (int g = 0; g < node_gpus; ++g) {
       const std::string gpu = "gpu" + std::to_string(n * spec.gpus_per_node + g);
       local.push_back(zone->create_host(gpu, kHostSpeed));
@@ -125,6 +148,9 @@ std::vector<sg4::Host*> build_platform(sg4::Engine& engine, const PlatformSpec& 
       nic.push_back(zone->create_split_duplex_link(gpu + "-nic", nic_bw)
                         ->set_latency(spec.nic_latency_s / 2)
                         ->seal());
+      if (leaf_shares)
+        share.push_back(
+            zone->create_split_duplex_link(gpu + "-leaf-share", nic_bw / spec.oversubscription)->set_latency(0)->seal());
     }
     for (int a = 0; a < node_gpus; ++a) {
       for (int b = 0; b < node_gpus; ++b) {
@@ -135,6 +161,13 @@ std::vector<sg4::Host*> build_platform(sg4::Engine& engine, const PlatformSpec& 
         else  // only the sender's port limits the transfer (the engine's throttle)
           zone->add_route(local[a]->get_netpoint(), local[b]->get_netpoint(), nullptr, nullptr,
                           {sg4::LinkInRoute(nvl[a], Dir::UP)}, false);
+      }
+      if (leaf_shares) {
+        zone->add_route(local[a]->get_netpoint(), gateway, nullptr, nullptr,
+                        {sg4::LinkInRoute(nic[a], Dir::UP), sg4::LinkInRoute(share[a], Dir::UP)}, false);
+        zone->add_route(gateway, local[a]->get_netpoint(), nullptr, nullptr,
+                        {sg4::LinkInRoute(share[a], Dir::DOWN), sg4::LinkInRoute(nic[a], Dir::DOWN)}, false);
+        continue;
       }
       zone->add_route(local[a]->get_netpoint(), gateway, nullptr, nullptr, {sg4::LinkInRoute(nic[a], Dir::UP)},
                       false);
@@ -147,14 +180,25 @@ std::vector<sg4::Host*> build_platform(sg4::Engine& engine, const PlatformSpec& 
     if (n == 0 && spec.host_cores > 0)
       zone->create_host(kSharedCpuHost, kHostSpeed)->set_core_count(spec.host_cores)->seal();
     zone->seal();
-    const sg4::Link* leaf = fabric->create_split_duplex_link(node + "-leaf", leaf_bw)->set_latency(0)->seal();
-    fabric->add_route(zone->get_netpoint(), nullptr, gateway, gateway, {sg4::LinkInRoute(leaf, Dir::UP)}, false);
-    fabric->add_route(nullptr, zone->get_netpoint(), gateway, gateway, {sg4::LinkInRoute(leaf, Dir::DOWN)},
-                      false);
-    hosts.insert(hosts.end(), local.begin(), local.end());
+    if (folded) {
+      // A folded replay simulates one rank for many (fold.hpp): the leaf link would carry the
+      // traffic of every GPU of the node alike, so each GPU gets its share of it (nic /
+      // oversubscription, the leaf-share links above); the leaf itself only caps a flow there.
+      const sg4::Link* leaf = fabric->create_link(node + "-leaf", nic_bw / spec.oversubscription)
+                                  ->set_sharing_policy(sg4::Link::SharingPolicy::FATPIPE)
+                                  ->set_latency(0)
+                                  ->seal();
+      fabric->add_route(zone->get_netpoint(), nullptr, gateway, gateway, {sg4::LinkInRoute(leaf)}, false);
+      fabric->add_route(nullptr, zone->get_netpoint(), gateway, gateway, {sg4::LinkInRoute(leaf)}, false);
+    } else {
+      const sg4::Link* leaf = fabric->create_split_duplex_link(node + "-leaf", leaf_bw)->set_latency(0)->seal();
+      fabric->add_route(zone->get_netpoint(), nullptr, gateway, gateway, {sg4::LinkInRoute(leaf, Dir::UP)}, false);
+      fabric->add_route(nullptr, zone->get_netpoint(), gateway, gateway, {sg4::LinkInRoute(leaf, Dir::DOWN)},
+                        false);
+    }
+    std::copy(local.begin(), local.end(), hosts.begin() + std::ptrdiff_t(n) * spec.gpus_per_node);
   }
   fabric->seal();
-  hosts.resize(static_cast<std::size_t>(world));
   return hosts;
 }
 

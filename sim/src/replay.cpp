@@ -19,6 +19,7 @@
 
 #include "ht/sim/error.hpp"
 #include "simgrid_platform.hpp"
+#include "ht/schedule/fold.hpp"
 #include "raw_replay.hpp"
 #include "timeline_build.hpp"
 
@@ -52,8 +53,9 @@ namespace {
 constexpr int kStreamsPerRank = 3;  // compute, comm, dp (schedule::Stream)
 
 struct Flow {
-  int src = 0;  // node ids
+  int src = 0;       // node ids; dst -1 for a transfer to a folded rank (fold.hpp)
   int dst = 0;
+  int dst_host = 0;  // original rank whose host receives it
   std::uint64_t bytes = 0;
 };
 
@@ -93,7 +95,22 @@ struct ReplayState {
   bool deadlocked = false;
 
   ReplayState(const Plan& p, const PlatformSpec& s, const CostModel& c, const ReplayOptions& o)
-      : plan(p), platform(s), costs(c), options(o) {}
+      : plan(p), platform(s), costs(c), options(o) {
+    for (const auto& col : plan.collectives) {
+      if (!col.ranks.empty()) {
+        member_ranks.push_back(col.ranks);
+        continue;
+      }
+      std::vector<int> ranks;
+      for (int m : col.nodes) ranks.push_back(plan.original_rank(plan.nodes[m].rank));
+      member_ranks.push_back(std::move(ranks));
+    }
+  }
+
+  // The layout's rank (host) of a plan rank; every layout rank of a collective (fold.hpp).
+  int original(int plan_rank) const { return plan.original_rank(plan_rank); }
+  std::vector<std::vector<int>> member_ranks;
+  sg4::Host* host_of_node(int node) const { return hosts[original(plan.nodes[node].rank)]; }
 
   double now() const { return sg4::Engine::get_clock(); }
 
@@ -137,13 +154,54 @@ struct ReplayState {
 
   int node_of_rank(int rank) const { return rank / std::max(1, platform.gpus_per_node); }
 
+  // Cluster nodes a flow of this replay can start or end on (build_platform builds only these,
+  // so a folded replay of a large world builds few): the simulated ranks and their sends'
+  // peers (an aggregated collective's: its own and the next cluster node, plan_flows), a ring's
+  // successors
+  // and every member of an all-to-all (the dispatch's count round reaches them all).
+  std::vector<char> touched_nodes() const {
+    std::vector<char> touched(static_cast<std::size_t>(node_of_rank(plan.layout_ranks() - 1) + 1), 0);
+    auto touch = [&](int rank) { touched[static_cast<std::size_t>(node_of_rank(rank))] = 1; };
+    for (const auto& rp : plan.ranks) touch(original(rp.rank));
+    for (const Node& n : plan.nodes)
+      if (n.collective < 0 || !aggregated(plan.collectives[static_cast<std::size_t>(n.collective)]))
+        for (const auto& t : n.sends) touch(t.peer);
+    for (const auto& c : plan.collectives) {
+      const auto& ranks = member_ranks[static_cast<std::size_t>(c.id)];
+      bool any_sends = false;
+      for (int m : c.nodes) any_sends = any_sends || !plan.nodes[m].sends.empty();
+      if (c.kind == CollectiveKind::AllToAll) {
+        for (int r : ranks) touch(r);
+      } else if (c.kind == CollectiveKind::AllReduce && !any_sends) {
+        for (int m : c.nodes) {
+          const auto at = std::find(ranks.begin(), ranks.end(), original(plan.nodes[m].rank)) - ranks.begin();
+          touch(ranks[static_cast<std::size_t>(at + 1) % ranks.size()]);
+        }
+      } else if (aggregated(c)) {
+        std::vector<int> group_nodes;
+        for (int r : ranks) group_nodes.push_back(node_of_rank(r));
+        std::sort(group_nodes.begin(), group_nodes.end());
+        group_nodes.erase(std::unique(group_nodes.begin(), group_nodes.end()), group_nodes.end());
+        for (int m : c.nodes) {
+          const auto at = std::lower_bound(group_nodes.begin(), group_nodes.end(),
+                                           node_of_rank(original(plan.nodes[m].rank))) - group_nodes.begin();
+          const int next = group_nodes[static_cast<std::size_t>(at + 1) % group_nodes.size()];
+          touched[static_cast<std::size_t>(next)] = 1;
+        }
+      }
+    }
+    return touched;
+  }
+
   // All-to-alls and all-reduces given as per-peer sends can be aggregated; p2p is one flow anyway.
   bool aggregated(const schedule::Collective& c) const {
     if (c.kind == CollectiveKind::PointToPoint) return false;
     switch (options.a2a) {
       case A2aModel::Pairwise: return false;
       case A2aModel::Aggregated: return true;
-      case A2aModel::Auto: return static_cast<int>(c.nodes.size()) > options.pairwise_max_group && !skewed(c);
+      case A2aModel::Auto:
+        return static_cast<int>(member_ranks[static_cast<std::size_t>(c.id)].size()) > options.pairwise_max_group &&
+               !skewed(c);
     }
     return false;
   }
@@ -165,12 +223,19 @@ struct ReplayState {
 
   static std::uint64_t whole_bytes(double b) { return b > 0 ? static_cast<std::uint64_t>(std::llround(b)) : 0; }
 
-  // Flows of a collective, decided once when the last member arrives.
+  // Flows of a collective, decided once when the last member arrives. Members are named by their
+  // original ranks (every rank of the collective, folded or not); flows go from the simulated
+  // members to hosts, and count as arrivals only when a simulated member receives them.
   std::vector<Flow> plan_flows(const schedule::Collective& c) const {
     const auto& members = c.nodes;
-    const int n = static_cast<int>(members.size());
-    std::map<int, int> member_of_rank;
-    for (int i = 0; i < n; ++i) member_of_rank[plan.nodes[members[i]].rank] = i;
+    const auto& ranks = member_ranks[static_cast<std::size_t>(c.id)];  // original member ranks
+    const int n = static_cast<int>(ranks.size());
+    std::map<int, int> node_of;  // original rank -> simulated member node
+    for (int m : members) node_of[original(plan.nodes[m].rank)] = m;
+    auto receiver = [&](int rank) {
+      const auto it = node_of.find(rank);
+      return it == node_of.end() ? -1 : it->second;
+    };
     std::vector<Flow> flows;
     bool any_sends = false;
     for (int m : members) any_sends = any_sends || !plan.nodes[m].sends.empty();
@@ -178,10 +243,12 @@ struct ReplayState {
       // Ring: each member forwards 2(n-1)/n of the buffer to its successor (reduce-scatter +
       // all-gather), so a uniform ring finishes in 2(n-1)/n * bytes / bw.
       if (n < 2) return flows;
-      for (int i = 0; i < n; ++i) {
-        const Node& node = plan.nodes[members[i]];
+      for (int m : members) {
+        const Node& node = plan.nodes[m];
+        const auto at = std::find(ranks.begin(), ranks.end(), original(node.rank)) - ranks.begin();
+        const int next = ranks[static_cast<std::size_t>((at + 1) % n)];
         const double bytes = 2.0 * (n - 1) / n * node.mem_bytes;
-        if (bytes > 0) flows.push_back({members[i], members[(i + 1) % n], whole_bytes(bytes)});
+        if (bytes > 0) flows.push_back({m, receiver(next), next, whole_bytes(bytes)});
       }
       return flows;
     }
@@ -189,34 +256,37 @@ struct ReplayState {
       for (int m : members) {
         const Node& node = plan.nodes[m];
         for (const auto& t : node.sends) {
-          if (t.peer == node.rank || whole_bytes(t.bytes) == 0) continue;
-          flows.push_back({m, members[member_of_rank.at(t.peer)], whole_bytes(t.bytes)});
+          if (t.peer == original(node.rank) || whole_bytes(t.bytes) == 0) continue;
+          flows.push_back({m, receiver(t.peer), t.peer, whole_bytes(t.bytes)});
         }
       }
       return flows;
     }
-    // Aggregated: members grouped by cluster node, in collective order.
-    std::map<int, std::vector<int>> by_node;  // cluster node -> member indices
-    for (int i = 0; i < n; ++i) by_node[node_of_rank(plan.nodes[members[i]].rank)].push_back(i);
+    // Aggregated: the group's ranks by cluster node, in collective order.
+    std::map<int, std::vector<int>> by_node;  // cluster node -> original ranks
+    for (int r : ranks) by_node[node_of_rank(r)].push_back(r);
     std::vector<int> group_nodes;
     for (const auto& [cn, _] : by_node) group_nodes.push_back(cn);
-    for (int i = 0; i < n; ++i) {
-      const Node& node = plan.nodes[members[i]];
-      const int cn = node_of_rank(node.rank);
+    for (int m : members) {
+      const Node& node = plan.nodes[m];
+      const int me = original(node.rank);
+      const int cn = node_of_rank(me);
       double intra = 0, inter = 0;
       for (const auto& t : node.sends) {
-        if (t.peer == node.rank) continue;
+        if (t.peer == me) continue;
         (node_of_rank(t.peer) == cn ? intra : inter) += t.bytes;
       }
       const auto& local = by_node[cn];
-      const int pos = static_cast<int>(std::find(local.begin(), local.end(), i) - local.begin());
-      if (whole_bytes(intra) > 0 && local.size() > 1)
-        flows.push_back({members[i], members[local[(pos + 1) % local.size()]], whole_bytes(intra)});
+      const auto pos = static_cast<std::size_t>(std::find(local.begin(), local.end(), me) - local.begin());
+      if (whole_bytes(intra) > 0 && local.size() > 1) {
+        const int to = local[(pos + 1) % local.size()];
+        flows.push_back({m, receiver(to), to, whole_bytes(intra)});
+      }
       if (whole_bytes(inter) > 0 && group_nodes.size() > 1) {
         const auto at = std::find(group_nodes.begin(), group_nodes.end(), cn) - group_nodes.begin();
         const auto& remote = by_node[group_nodes[(static_cast<std::size_t>(at) + 1) % group_nodes.size()]];
-        flows.push_back({members[i], members[remote[static_cast<std::size_t>(pos) % remote.size()]],
-                         whole_bytes(inter)});
+        const int to = remote[pos % remote.size()];
+        flows.push_back({m, receiver(to), to, whole_bytes(inter)});
       }
     }
     return flows;
@@ -234,7 +304,7 @@ struct ReplayState {
     cs.offsets.assign(c.nodes.size() + 1, 0);
     for (const Flow& f : cs.flows) {
       ++cs.offsets[member_index[f.src] + 1];
-      ++pending_in[f.dst];
+      if (f.dst >= 0) ++pending_in[f.dst];
     }
     for (std::size_t i = 1; i < cs.offsets.size(); ++i) cs.offsets[i] += cs.offsets[i - 1];
     int head = cs.waiter_head;
@@ -248,15 +318,14 @@ struct ReplayState {
     std::vector<sg4::CommPtr> comms;
     std::vector<int> dst;
     for (auto f = first; f != last; ++f) {
-      comms.push_back(sg4::Comm::sendto_async(hosts[plan.nodes[f->src].rank], hosts[plan.nodes[f->dst].rank],
-                                              f->bytes));
+      comms.push_back(sg4::Comm::sendto_async(host_of_node(f->src), hosts[f->dst_host], f->bytes));
       dst.push_back(f->dst);
     }
     activities += static_cast<std::int64_t>(comms.size());
     flows_started += static_cast<std::int64_t>(comms.size());
     while (!comms.empty()) {
       auto k = static_cast<std::size_t>(sg4::Comm::wait_any(comms));
-      if (count_receivers && --pending_in[dst[k]] == 0 && in_waiter[dst[k]] >= 0) {
+      if (count_receivers && dst[k] >= 0 && --pending_in[dst[k]] == 0 && in_waiter[dst[k]] >= 0) {
         int actor = in_waiter[dst[k]];
         in_waiter[dst[k]] = -1;
         wake[actor]->release();
@@ -269,9 +338,10 @@ struct ReplayState {
   // The forward dispatch's count round (kDispatchCountBytes), then a wake-up before the payload.
   void exchange_counts(const Node& node, const schedule::Collective& c) {
     std::vector<sg4::CommPtr> comms;
-    for (int m : c.nodes)
-      if (m != node.id) comms.push_back(sg4::Comm::sendto_async(hosts[node.rank], hosts[plan.nodes[m].rank],
-                                                   static_cast<std::uint64_t>(kDispatchCountBytes)));
+    const int me = original(node.rank);
+    for (int r : member_ranks[static_cast<std::size_t>(c.id)])
+      if (r != me)
+        comms.push_back(sg4::Comm::sendto_async(hosts[me], hosts[r], static_cast<std::uint64_t>(kDispatchCountBytes)));
     activities += static_cast<std::int64_t>(comms.size());
     flows_started += static_cast<std::int64_t>(comms.size());
     sg4::Comm::wait_all(comms);
@@ -355,8 +425,8 @@ struct ReplayState {
       std::vector<sg4::CommPtr> comms;
       for (std::size_t i = 0; i < node.sends.size(); ++i) {
         const auto& t = node.sends[i];
-        if (t.peer == node.rank || whole_bytes(t.bytes) == 0) continue;
-        comms.push_back(sg4::Comm::sendto_async(hosts[node.rank], hosts[t.peer], whole_bytes(t.bytes)));
+        if (t.peer == original(node.rank) || whole_bytes(t.bytes) == 0) continue;
+        comms.push_back(sg4::Comm::sendto_async(hosts[original(node.rank)], hosts[t.peer], whole_bytes(t.bytes)));
       }
       activities += static_cast<std::int64_t>(comms.size());
       flows_started += static_cast<std::int64_t>(comms.size());
@@ -480,10 +550,10 @@ std::optional<Plan> with_measured_sends(const Plan& plan, const CostModel& costs
     const MeasuredInstance* inst = costs.instance_for(node);
     if (inst == nullptr || !inst->has_sends) continue;
     for (const auto& t : inst->sends)
-      if (t.peer < 0 || t.peer >= out.global_ranks())
+      if (t.peer < 0 || t.peer >= out.layout_ranks())
         throw SimError(SimErrorCode::BadCosts, "instance '" + CostModel::instance_key(node) + "' sends to rank " +
                                                    std::to_string(t.peer) + " of a plan with " +
-                                                   std::to_string(out.global_ranks()));
+                                                   std::to_string(out.layout_ranks()));
     node.sends = inst->sends;
   }
   return out;
@@ -510,7 +580,8 @@ RawReplay simulate(const Plan& plan, const PlatformSpec& platform, const CostMod
     sg4::Engine engine(&argc, argv.data());
 
     ReplayState st(plan, platform, costs, options);
-    st.hosts = build_platform(engine, platform, world);
+    const std::vector<char> needed = st.touched_nodes();
+    st.hosts = build_platform(engine, platform, plan.layout_ranks(), plan.folded(), &needed);
     if (!platform.xml_file.empty()) check_routes(plan, st.hosts, platform.xml_file);
     if (platform.host_cores > 0) st.shared_cpu = engine.host_by_name_or_null(kSharedCpuHost);
     const std::size_t n_nodes = plan.nodes.size();
@@ -538,7 +609,7 @@ RawReplay simulate(const Plan& plan, const PlatformSpec& platform, const CostMod
           if (plan.nodes[n].stream == s) mine.push_back(n);
         if (mine.empty() && s == Stream::Dp) continue;
         const int actor = kStreamsPerRank * rp.rank + static_cast<int>(s);
-        sg4::Actor::create(std::string(schedule::to_string(s)) + std::to_string(rp.rank), st.hosts[rp.rank],
+        sg4::Actor::create(std::string(schedule::to_string(s)) + std::to_string(rp.rank), st.hosts[st.original(rp.rank)],
                            [&st, actor, nodes = std::move(mine)] { st.run_stream(actor, nodes); });
       }
     }
@@ -577,24 +648,88 @@ RawReplay simulate(const Plan& plan, const PlatformSpec& platform, const CostMod
 
 }  // namespace detail
 
+namespace {
+
+// A group of `size` ranks `stride` apart lies on nodes of `per_node` GPUs the same way for every
+// group of its kind: inside a node with the groups tiling it, or over whole nodes evenly.
+bool aligned(long long stride, long long size, long long per_node) {
+  if (size <= 1) return true;
+  const long long span = stride * size;
+  if (span <= per_node) return per_node % span == 0;
+  if (stride >= per_node) return stride % per_node == 0;
+  return per_node % stride == 0 && span % per_node == 0;
+}
+
+// Skewed routing shows as unequal all-to-all sends.
+bool skewed_sends(const Plan& plan) {
+  for (const auto& c : plan.collectives) {
+    if (c.kind != CollectiveKind::AllToAll) continue;
+    double lo = 0, hi = 0;
+    bool first = true;
+    for (int m : c.nodes)
+      for (const auto& t : plan.nodes[static_cast<std::size_t>(m)].sends) {
+        if (t.peer == plan.original_rank(plan.nodes[static_cast<std::size_t>(m)].rank)) continue;
+        lo = first ? t.bytes : std::min(lo, t.bytes);
+        hi = first ? t.bytes : std::max(hi, t.bytes);
+        first = false;
+      }
+    if (hi > lo * 1.01) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool folding_exact(const Plan& layout, const PlatformSpec& platform, bool skewed_routing) {
+  if (!platform.xml_file.empty() || platform.host_cores > 0) return false;
+  if (skewed_routing && platform.oversubscription != 1.0) return false;
+  const long long g = platform.gpus_per_node;
+  const long long tp = layout.tp, cp = layout.cp, dp = layout.dp, pp = layout.pp, ep = layout.ep, etp = layout.etp;
+  const long long world = tp * cp * dp * pp;
+  if (world <= g) return true;  // one node: every pair meets on NVLink
+  if (world % g != 0) return false;
+  const long long inner = tp * cp * dp;
+  const long long edp = ep * etp > 0 && inner % (ep * etp) == 0 ? inner / (ep * etp) : 0;
+  return edp > 0 && aligned(1, tp, g) && aligned(tp, cp, g) && aligned(tp, cp * dp, g) && aligned(inner, pp, g) &&
+         aligned(1, etp, g) && aligned(etp, ep, g) && aligned(etp * ep, edp, g);
+}
+
 SimResult replay(const Plan& plan_in, const PlatformSpec& platform_in, const CostModel& costs,
                  const ReplayOptions& options) {
   validate_plan(plan_in);
   const std::optional<Plan> measured = with_measured_sends(plan_in, costs);
-  const Plan& plan = measured ? *measured : plan_in;
-  const int world = static_cast<int>(plan.ranks.size());
+  const Plan& whole = measured ? *measured : plan_in;
+  const int world = whole.layout_ranks();
   const PlatformSpec platform = sized_for(platform_in, world);
+  // Folding needs the preset fabric, GPUs of their own (on the CPU backend's shared cores every
+  // rank's work competes) and ranks placed alike (folding_exact); a plan built folded that
+  // cannot be replayed so is refused.
+  const bool skewed = skewed_sends(whole);
+  if (whole.folded() && !folding_exact(whole, platform, skewed))
+    throw SimError(SimErrorCode::BadPlan,
+                   "a folded plan replays only where folding is exact (a preset platform with GPUs of their own, "
+                   "rank groups placed alike on its nodes), not on '" + platform.name + "'; build it unfolded (--no-fold)");
+  std::optional<Plan> folded;
+  if (options.fold && !whole.folded() && folding_exact(whole, platform, skewed)) folded = schedule::fold_plan(whole);
+  const Plan& plan = folded ? *folded : whole;
   detail::RawReplay raw = options.isolate ? detail::simulate_isolated(plan, platform, costs, options)
                                           : detail::simulate(plan, platform, costs, options);
   if (raw.failed) throw SimError(raw.error, raw.message);
 
+  std::vector<int> stands_for, original;
+  for (const auto& rp : plan.ranks) {
+    stands_for.push_back(rp.stands_for);
+    original.push_back(plan.original_rank(rp.rank));
+  }
   SimResult result;
-  result.summary = detail::summarize_replay(plan, raw.start, raw.end);
+  result.folded_ranks = plan.folded() ? plan.global_ranks() : 0;
+  result.summary = detail::summarize_replay(plan, raw.start, raw.end, stands_for, world);
   result.summary.activities = raw.activities;
   result.summary.flows = raw.flows;
   result.a2a_model = raw.a2a_model;
   if (options.keep_timeline) {
-    result.timeline = detail::build_timeline(plan, raw.start, raw.end, raw.wait);
+    result.timeline = detail::build_timeline(plan, raw.start, raw.end, raw.wait, original);
+    if (plan.folded()) result.timeline.metadata["folded"] = std::to_string(plan.global_ranks()) + " of " + std::to_string(world) + " ranks simulated";
     result.timeline.metadata["platform"] = platform.name;
     result.timeline.metadata["gpus"] = std::to_string(world);
     result.timeline.metadata["a2a_model"] = result.a2a_model;

@@ -23,9 +23,12 @@ std::vector<std::string> engine_args();
 inline constexpr const char* kSharedCpuHost = "host-cpu";
 
 // hosts[k] runs global rank k; throws SimError(BadPlatform) if the platform has fewer than
-// `world` GPUs or an XML file misses a "gpuK" host.
+// `world` GPUs or an XML file misses a "gpuK" host. On a preset platform, `needed_nodes` (when
+// given, one flag per cluster node) limits the build to the nodes a replay touches: the others
+// carry no flow, and their hosts stay null. A folded replay touches few of a large world's.
 std::vector<simgrid::s4u::Host*> build_platform(simgrid::s4u::Engine& engine, const PlatformSpec& spec,
-                                                int world);
+                                                int world, bool folded = false,
+                                                const std::vector<char>* needed_nodes = nullptr);
 
 // For an XML platform: every pair of ranks the plan connects (sends, collective members) has a
 // route; SimGrid would abort the simulation otherwise. SimError(BadPlatform) naming the hosts.

@@ -34,9 +34,9 @@ double uncovered(const Interval& a, const std::vector<Interval>& cover, std::siz
 }  // namespace
 
 Summary summarize_replay(const schedule::Plan& plan, const std::vector<double>& start,
-                         const std::vector<double>& end) {
+                         const std::vector<double>& end, const std::vector<int>& stands_for, int world) {
   Summary s;
-  s.gpus = static_cast<int>(plan.ranks.size());
+  s.gpus = world;
   for (std::size_t i = 0; i < plan.nodes.size(); ++i) s.step_time_s = std::max(s.step_time_s, end[i]);
   double busy_sum = 0, a2a_sum = 0, exposed_sum = 0, p2p_sum = 0, ar_sum = 0, tp_sum = 0, cp_sum = 0;
   double dp_sum = 0, dp_exposed_sum = 0, optimizer_sum = 0;
@@ -44,6 +44,10 @@ Summary summarize_replay(const schedule::Plan& plan, const std::vector<double>& 
     // Each stream is one actor running in issue order, so its spans come out sorted and disjoint.
     std::vector<Interval> compute_stream, a2a, dp;
     double busy = 0;
+    const double weight = stands_for[static_cast<std::size_t>(rp.rank)];
+    // This rank's sums, added to the totals with its weight below.
+    double tp_rank = 0, cp_rank = 0, p2p_rank = 0, ar_rank = 0, optimizer_rank = 0, a2a_rank = 0;
+    double exposed_rank = 0, dp_rank = 0, dp_exposed_rank = 0;
     for (int n : rp.issue) {
       const Node& node = plan.nodes[n];
       const Interval iv{start[n], end[n]};
@@ -51,32 +55,41 @@ Summary summarize_replay(const schedule::Plan& plan, const std::vector<double>& 
       const double length = iv.end - iv.begin;
       if (node.stream == Stream::Compute) {
         compute_stream.push_back(iv);
-        if (node.part == schedule::Part::TpGather || node.part == schedule::Part::TpScatter) tp_sum += length;
-        else if (node.part == schedule::Part::CpExchange) cp_sum += length;
+        if (node.part == schedule::Part::TpGather || node.part == schedule::Part::TpScatter) tp_rank += length;
+        else if (node.part == schedule::Part::CpExchange) cp_rank += length;
         else busy += length;
-        if (node.slot == Slot::OptimizerStep) optimizer_sum += length;
+        if (node.slot == Slot::OptimizerStep) optimizer_rank += length;
       } else if (node.stream == Stream::Dp) {
         dp.push_back(iv);
       } else if (is_a2a(node)) {
         a2a.push_back(iv);
       } else if (is_p2p(node)) {
-        p2p_sum += length;
+        p2p_rank += length;
       } else if (node.slot == Slot::GradAllReduce) {
-        ar_sum += length;
+        ar_rank += length;
       }
     }
-    busy_sum += busy;
     s.max_compute_busy_s = std::max(s.max_compute_busy_s, busy);
     std::size_t cursor = 0;
     for (const auto& iv : a2a) {
-      a2a_sum += iv.end - iv.begin;
-      exposed_sum += uncovered(iv, compute_stream, cursor);
+      a2a_rank += iv.end - iv.begin;
+      exposed_rank += uncovered(iv, compute_stream, cursor);
     }
     cursor = 0;
     for (const auto& iv : dp) {
-      dp_sum += iv.end - iv.begin;
-      dp_exposed_sum += uncovered(iv, compute_stream, cursor);
+      dp_rank += iv.end - iv.begin;
+      dp_exposed_rank += uncovered(iv, compute_stream, cursor);
     }
+    busy_sum += weight * busy;
+    tp_sum += weight * tp_rank;
+    cp_sum += weight * cp_rank;
+    p2p_sum += weight * p2p_rank;
+    ar_sum += weight * ar_rank;
+    optimizer_sum += weight * optimizer_rank;
+    a2a_sum += weight * a2a_rank;
+    exposed_sum += weight * exposed_rank;
+    dp_sum += weight * dp_rank;
+    dp_exposed_sum += weight * dp_exposed_rank;
   }
   const double g = std::max(1, s.gpus);
   s.compute_busy_s = busy_sum / g;
@@ -96,16 +109,18 @@ Summary summarize_replay(const schedule::Plan& plan, const std::vector<double>& 
 }
 
 traces::Timeline build_timeline(const schedule::Plan& plan, const std::vector<double>& start,
-                                const std::vector<double>& end, const std::vector<double>& wait) {
+                                const std::vector<double>& end, const std::vector<double>& wait,
+                                const std::vector<int>& original) {
   traces::Timeline t;
   t.source = "twin";
   std::vector<char> has_dp(plan.ranks.size(), 0);
   for (const Node& node : plan.nodes)
     if (node.stream == Stream::Dp) has_dp[static_cast<std::size_t>(node.rank)] = 1;
   for (const auto& rp : plan.ranks) {
-    t.streams.push_back({rp.rank, 0, "compute", traces::Role::Compute});
-    t.streams.push_back({rp.rank, 1, "comm", traces::Role::Comm});
-    if (has_dp[static_cast<std::size_t>(rp.rank)]) t.streams.push_back({rp.rank, 2, "dp", traces::Role::Comm});
+    const int device = original[static_cast<std::size_t>(rp.rank)];
+    t.streams.push_back({device, 0, "compute", traces::Role::Compute});
+    t.streams.push_back({device, 1, "comm", traces::Role::Comm});
+    if (has_dp[static_cast<std::size_t>(rp.rank)]) t.streams.push_back({device, 2, "dp", traces::Role::Comm});
   }
   for (const Node& node : plan.nodes) {
     const double duration = end[node.id] - start[node.id];
@@ -115,7 +130,7 @@ traces::Timeline build_timeline(const schedule::Plan& plan, const std::vector<do
     span.category = std::string(schedule::to_string(node.slot));
     span.start_s = start[node.id];
     span.duration_s = duration;
-    span.device = node.rank;
+    span.device = original[static_cast<std::size_t>(node.rank)];
     span.stream = static_cast<int>(node.stream);
     // A TP/CP collective on the compute stream is communication in a profile (an NCCL kernel).
     const bool compute = node.stream == Stream::Compute && node.part != schedule::Part::TpGather &&

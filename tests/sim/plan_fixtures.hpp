@@ -41,7 +41,11 @@ inline CostModel exact_costs() {
 class PlanBuilder {
  public:
   explicit PlanBuilder(int world) {
-    for (int r = 0; r < world; ++r) plan_.ranks.push_back({r, 0, r, r, 0, 0, {}});
+    for (int r = 0; r < world; ++r) {
+      schedule::RankPlan rp;
+      rp.rank = rp.ep_rank = rp.dp_rank = r;
+      plan_.ranks.push_back(rp);
+    }
   }
 
   // A compute node of `seconds` on the exact platform.
@@ -115,7 +119,7 @@ class PlanBuilder {
     const Group group = kind == CollectiveKind::PointToPoint ? Group::Pp
                         : kind == CollectiveKind::AllReduce  ? Group::Dp
                                                              : Group::Ep;
-    plan_.collectives.push_back({id, kind, group, nodes});
+    plan_.collectives.push_back({id, kind, group, nodes, {}});
     for (int n : nodes) plan_.nodes[n].collective = id;
   }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string_view>
+#include <vector>
 
 #include "ht/patterns/pattern.hpp"
 #include "ht/schedule/config.hpp"
@@ -27,6 +28,14 @@ Plan build_plan(const patterns::ParsedPattern& pattern, const ModelDims& dims,
 // The checks build_plan runs before building anything (same exceptions).
 void check_schedule_config(const patterns::ParsedPattern& pattern, const ModelDims& dims,
                            const ParallelConfig& config, const ScheduleOptions& options);
+
+// The layout ranks build_plan builds: every rank, or with ScheduleOptions::fold the
+// representatives of the layout's symmetry classes (fold.hpp), with how many ranks each stands for.
+struct BuiltRank {
+  int rank = 0;
+  int stands_for = 1;
+};
+std::vector<BuiltRank> built_ranks(const ParallelConfig& config, const ScheduleOptions& options);
 
 // "sequential", "combined_1f1b" or "interleaved_1f1b" for these settings.
 std::string_view schedule_name(const ParallelConfig& config, const ScheduleOptions& options);

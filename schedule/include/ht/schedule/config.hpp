@@ -193,6 +193,9 @@ struct ScheduleOptions {
   // The final PR rejects any MTP pattern under overlap (O3). Setting this false models the
   // 2026-07-27 code, which schedules MTP depths but still applies O7 (depth <= 1) and O8.
   bool reject_hybrid_mtp = true;
+  // Build only the ranks that stand for others (fold.hpp): one per pipeline stage, or per
+  // (stage, EP rank) under routing skew. For the twin; the engines run unfolded plans.
+  bool fold = false;
   bool operator==(const ScheduleOptions&) const = default;
 };
 

@@ -126,12 +126,17 @@ struct Collective {
   int id = 0;
   CollectiveKind kind = CollectiveKind::AllToAll;
   Group group = Group::Ep;  // the process group it runs in (config.hpp)
-  std::vector<int> nodes;  // one node per participating rank
+  std::vector<int> nodes;  // one node per participating rank (of this plan)
+  // Folded plans (fold.hpp): every original member rank, the folded ones included, in group
+  // order. Empty: the members are exactly the nodes' ranks.
+  std::vector<int> ranks;
   bool operator==(const Collective&) const = default;
 };
 
 struct RankPlan {
-  int rank = 0;
+  int rank = 0;                // index in Plan::ranks (Node::rank)
+  int original = -1;           // the layout's global rank it is; -1 = the same as `rank`
+  int stands_for = 1;          // folded plans: ranks of the layout that behave as this one
   int pp_rank = 0;
   int ep_rank = 0;             // index inside its EP group
   int dp_rank = 0;             // data-parallel coordinate (dense grid)
@@ -150,6 +155,8 @@ struct Plan {
   std::vector<Work> works;     // kernel lists of compute nodes (Node::work), shared by many nodes
   bool overlap = false;
   bool delay_wgrad = false;
+  int world = 0;                   // ranks of the layout; 0 = ranks.size(). Larger: a folded plan,
+                                   // whose transfers still name the layout's ranks (fold.hpp)
   bool account_embedding = false;  // the pipeline split counted the embedding as a layer
   bool account_loss = false;       // ... and the loss
   std::vector<Node> nodes;
@@ -158,7 +165,14 @@ struct Plan {
   bool operator==(const Plan&) const = default;
 
   const Node& node(int id) const { return nodes.at(static_cast<std::size_t>(id)); }
-  int global_ranks() const { return static_cast<int>(ranks.size()); }
+  int global_ranks() const { return static_cast<int>(ranks.size()); }  // ranks of this plan
+  int layout_ranks() const { return world > 0 ? world : global_ranks(); }
+  bool folded() const { return layout_ranks() != global_ranks(); }
+  // The layout's rank of plan rank r.
+  int original_rank(int r) const {
+    const int o = ranks.at(static_cast<std::size_t>(r)).original;
+    return o >= 0 ? o : r;
+  }
 };
 
 }  // namespace ht::schedule

@@ -23,8 +23,9 @@ inline constexpr double kMaxPlanTransfers = 64e6;
 // Global ranks of one plan: far beyond any cluster, small enough for int arithmetic on ranks.
 inline constexpr std::int64_t kMaxPlanRanks = 1 << 20;
 
-PlanSize estimate_plan_size(const patterns::ParsedPattern& pattern, const ParallelConfig& config);
+// `built` ranks of the layout's are built (folded plans, build.hpp built_ranks); 0 = all of them.
+PlanSize estimate_plan_size(const patterns::ParsedPattern& pattern, const ParallelConfig& config, double built = 0);
 // Throws ScheduleError(BadConfig) naming the estimate, the limit and the knobs that drive it.
-void check_plan_size(const patterns::ParsedPattern& pattern, const ParallelConfig& config);
+void check_plan_size(const patterns::ParsedPattern& pattern, const ParallelConfig& config, double built = 0);
 
 }  // namespace ht::schedule

@@ -98,6 +98,11 @@ struct PlatformSpec {
 
 // Most GPUs one platform may describe (nodes x gpus_per_node), the plan's rank limit.
 inline constexpr std::int64_t kMaxPlatformGpus = std::int64_t{1} << 20;
+// Most GPUs and cluster nodes one replay builds on a preset platform (the nodes its flows touch;
+// a folded replay of a large world touches few). SimGrid checks each new host's and link's name
+// against every zone already built, so building costs nodes x GPUs: at these limits about 15 s.
+inline constexpr std::int64_t kMaxSimulatedGpus = 16384;
+inline constexpr std::int64_t kMaxSimulatedNodes = 2048;
 
 std::vector<std::string> preset_names();
 // Throws SimError(BadPlatform) for an unknown preset.

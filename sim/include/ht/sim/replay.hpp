@@ -66,6 +66,10 @@ struct ReplayOptions {
   // (debuggers; results then match only to ~1e-15 relative).
   bool isolate = true;
   std::function<void(double done_fraction)> progress;  // called every ~5 % of nodes, from the replay
+  // Symmetry folding (schedule/fold.hpp): ranks with the same nodes, costs and transfers are
+  // simulated once, on a preset platform whose GPUs are their own. Off by default here (a
+  // timeline then holds every rank); `simulate` turns it on unless `--no-fold`.
+  bool fold = false;
 };
 
 // Times are seconds of one training step; per-GPU quantities are means over the plan's GPUs.
@@ -105,9 +109,10 @@ struct Summary {
 };
 
 struct SimResult {
-  traces::Timeline timeline;  // device = global rank, stream 0 compute / 1 comm
+  traces::Timeline timeline;  // device = global rank, stream 0 compute / 1 comm / 2 dp; folded: representatives only
   Summary summary;
   std::string a2a_model;      // what was used ("pairwise", "aggregated" or "mixed")
+  int folded_ranks = 0;       // ranks simulated when folding applied (0: every rank was)
 };
 
 // Throws SimError: BadPlan (inconsistent plan or platform too small), BadPlatform, Deadlock.
@@ -116,5 +121,13 @@ SimResult replay(const schedule::Plan& plan, const PlatformSpec& platform, const
 
 // Checks the plan's internal consistency (ids, ranks, issue lists, deps, collectives, sends).
 void validate_plan(const schedule::Plan& plan);
+
+// Whether a folded replay of this layout on this platform predicts the unfolded one: a preset
+// fabric with GPUs of their own; ranks placed alike (every rank group -- TP, CP, DP, PP, EP,
+// ETP, EDP, each strided in Megatron's order -- lies on the cluster's nodes the same way for
+// every group of its kind, so each rank sees the same local and remote peers); and, on an
+// oversubscribed fabric, balanced routing (skewed senders of one node share its leaf unequally).
+// Where it holds the replay folds (ReplayOptions::fold) and `simulate` builds folded plans.
+bool folding_exact(const schedule::Plan& layout, const PlatformSpec& platform, bool skewed_routing);
 
 }  // namespace ht::sim

@@ -12,12 +12,12 @@ namespace ht::cli {
 
 // Called once while the parser is built; returns the action to run when the subcommand was
 // chosen. The action returns the process exit code.
-using Setup = std::function<std::function<int()>(CLI::App& sub)>;
+using CommandSetup = std::function<std::function<int()>(CLI::App& sub)>;
 
 struct CommandSpec {
   std::string name;
   std::string description;
-  Setup setup;
+  CommandSetup setup;
   int order = 100;  // position in --help
 };
 

@@ -1,0 +1,127 @@
+// One what-if (see whatif.hpp).
+#include "whatif.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <iomanip>
+#include <sstream>
+
+#include "ht/patterns/pattern.hpp"
+#include "ht/schedule/flops.hpp"
+
+namespace ht::cli {
+
+// The schedule options a run builds with: folded (fold.hpp) unless --no-fold, where folding is
+// exact on this platform (sim::folding_exact) and no measured routing names every rank.
+hs::ScheduleOptions build_options(const Setup& s) {
+  hs::ScheduleOptions options = s.options;
+  hs::Plan layout;
+  layout.tp = s.parallel.tp, layout.cp = s.parallel.cp, layout.dp = s.parallel.dp, layout.pp = s.parallel.pp;
+  layout.ep = s.parallel.ep, layout.etp = s.parallel.etp;
+  const bool skewed = s.options.routing_skew != 0 && s.parallel.ep > 1;
+  options.fold = s.options.fold && s.costs.instances.empty() && sim::folding_exact(layout, s.platform, skewed);
+  return options;
+}
+
+Run simulate(const Setup& s, const sim::ReplayOptions& replay_options, bool keep_timeline) {
+  Run run;
+  const auto parsed = ht::patterns::parse(s.pattern);
+  run.plan = hs::build_plan(parsed, s.dims, s.parallel, build_options(s));
+  run.layout = s.parallel;
+  run.memory = hs::peak_memory(parsed, s.dims, s.parallel, run.plan);
+  run.global_batch = double(s.parallel.dp) * s.parallel.microbatches * s.dims.micro_batch;
+  run.model_flops = hs::model_flops_per_step(parsed, s.dims, run.global_batch);
+  run.seq_len = s.dims.seq_len;
+  run.hbm_bytes = s.platform.gpu.hbm_bytes;
+  run.peak_flops = s.platform.gpu.peak_flops;
+  sim::ReplayOptions o = replay_options;
+  o.keep_timeline = keep_timeline;
+  if (run.plan.nodes.size() > 200000)
+    o.progress = [](double f) { std::fprintf(stderr, "\rsimulating %3.0f %%", 100 * f), std::fflush(stderr); };
+  const auto t0 = std::chrono::steady_clock::now();
+  run.result = sim::replay(run.plan, s.platform, s.costs, o);
+  run.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (o.progress) std::fprintf(stderr, "\r%*s\r", 20, "");
+  return run;
+}
+
+double tokens_per_s(const Run& r) { return r.global_batch * r.seq_len / r.result.summary.step_time_s; }
+double tflops_per_gpu(const Run& r) {
+  return r.model_flops / r.result.summary.step_time_s / r.result.summary.gpus / 1e12;
+}
+double mfu(const Run& r) { return tflops_per_gpu(r) * 1e12 / r.peak_flops; }
+bool fits(const Run& r) { return r.memory.total() <= r.hbm_bytes; }
+
+nlohmann::json summary_json(const Run& r) {
+  const auto& s = r.result.summary;
+  const auto& l = r.layout;
+  const auto& m = r.memory;
+  return {{"step_time_s", s.step_time_s},
+          {"tokens_per_s", tokens_per_s(r)},
+          {"model_tflops_per_gpu", tflops_per_gpu(r)},
+          {"mfu", mfu(r)},
+          {"memory_gib", m.total() / kGiB},
+          {"memory_fits", fits(r)},
+          {"memory",
+           {{"rank", m.rank},
+            {"weights_gib", m.weights / kGiB},
+            {"gradients_gib", m.gradients / kGiB},
+            {"optimizer_gib", m.optimizer / kGiB},
+            {"activations_gib", m.activations / kGiB},
+            {"microbatches_in_flight", m.microbatches_in_flight},
+            {"parameters", m.parameters},
+            {"hbm_gib", r.hbm_bytes / kGiB}}},
+          {"layout",
+           {{"gpus", l.global_ranks()}, {"tp", l.tp}, {"cp", l.cp}, {"pp", l.pp}, {"vpp", l.model_chunks()},
+            {"dp", l.dp}, {"ep", l.ep}, {"etp", l.etp}, {"edp", l.edp()}, {"microbatches", l.microbatches},
+            {"mbs", static_cast<int>(r.global_batch / (double(l.dp) * l.microbatches))},
+            {"gbs", r.global_batch}, {"seq_len", r.seq_len}, {"recompute", hs::to_string(l.recompute)},
+            {"grad_sync", l.optimizer.sync == hs::GradSync::Megatron ? "megatron" : "end-of-step"},
+            {"distributed_optimizer", l.optimizer.distributed},
+            {"overlap_grad_reduce", l.optimizer.overlap_grad_reduce},
+            {"overlap_param_gather", l.optimizer.overlap_param_gather},
+            {"account_embedding", r.plan.account_embedding}, {"account_loss", r.plan.account_loss}}},
+          {"model_flops_per_step", r.model_flops},
+          {"tp_comm_s", s.tp_comm_s},
+          {"cp_comm_s", s.cp_comm_s},
+          {"dp_comm_s", s.dp_comm_s},
+          {"dp_exposed_s", s.dp_exposed_s},
+          {"optimizer_s", s.optimizer_s},
+          {"compute_busy_s", s.compute_busy_s},
+          {"max_compute_busy_s", s.max_compute_busy_s},
+          {"a2a_total_s", s.a2a_total_s},
+          {"a2a_exposed_s", s.a2a_exposed_s},
+          {"a2a_hidden_fraction", s.a2a_hidden_fraction},
+          {"p2p_total_s", s.p2p_total_s},
+          {"allreduce_s", s.allreduce_s},
+          {"bubble_fraction", s.bubble_fraction},
+          {"gpus", s.gpus},
+          {"activities", s.activities},
+          {"flows", s.flows},
+          {"simulated_ranks", r.result.folded_ranks > 0 ? r.result.folded_ranks : s.gpus},
+          {"a2a_model", r.result.a2a_model},
+          {"schedule", r.plan.schedule},
+          {"nodes", r.plan.nodes.size()},
+          {"wall_s", r.wall_s}};
+}
+
+std::string ms(double s) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(3) << s * 1e3 << " ms";
+  return o.str();
+}
+
+std::string pct(double f) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(1) << f * 100 << " %";
+  return o.str();
+}
+
+std::string gib(double bytes) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(1) << bytes / kGiB << " GiB";
+  return o.str();
+}
+
+
+}  // namespace ht::cli

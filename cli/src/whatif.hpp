@@ -1,0 +1,66 @@
+// One what-if: the setup a replay needs (pattern, model, layout, schedule, platform, costs), the
+// run it gives (plan, replay, memory, FLOPs) and its JSON summary. `simulate` runs one, sweeps and
+// `search` run many; `merge` reads the summaries back.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "ht/schedule/build.hpp"
+#include "ht/schedule/config.hpp"
+#include "ht/schedule/memory.hpp"
+#include "ht/sim/cost_model.hpp"
+#include "ht/sim/platform.hpp"
+#include "ht/sim/replay.hpp"
+
+namespace ht::cli {
+
+namespace hs = ht::schedule;
+namespace sim = ht::sim;
+
+// Everything one replay needs; sweeps copy and edit it.
+struct Setup {
+  std::string pattern;
+  std::string model;  // the model card's name ("" without a card)
+  hs::ModelDims dims;
+  hs::ParallelConfig parallel;
+  hs::ScheduleOptions options;
+  sim::PlatformSpec platform;
+  sim::CostModel costs;
+};
+
+struct Run {
+  hs::Plan plan;
+  sim::SimResult result;
+  double wall_s = 0;
+  hs::ParallelConfig layout;
+  hs::MemoryBreakdown memory;
+  double model_flops = 0;   // per step, Megatron's accounting
+  double global_batch = 0;  // sequences per step
+  int seq_len = 0;
+  double hbm_bytes = 0;
+  double peak_flops = 0;
+};
+
+// The schedule options a run builds with: folded (fold.hpp) unless --no-fold, where folding is
+// exact on this platform (sim::folding_exact) and no measured routing names every rank.
+hs::ScheduleOptions build_options(const Setup& s);
+
+// Builds the plan, estimates memory and FLOPs, replays; progress on stderr for large plans.
+Run simulate(const Setup& s, const sim::ReplayOptions& replay_options, bool keep_timeline);
+
+inline constexpr double kGiB = 1024.0 * 1024 * 1024;
+double tokens_per_s(const Run& r);
+double tflops_per_gpu(const Run& r);
+double mfu(const Run& r);
+bool fits(const Run& r);
+
+// What `simulate --json` prints (docs/twin.md lists the keys).
+nlohmann::json summary_json(const Run& r);
+
+std::string ms(double seconds);    // "12.345 ms"
+std::string pct(double fraction);  // "12.3 %"
+std::string gib(double bytes);     // "12.3 GiB"
+
+}  // namespace ht::cli

@@ -37,11 +37,19 @@ Run simulate(const Setup& s, const sim::ReplayOptions& replay_options, bool keep
   sim::ReplayOptions o = replay_options;
   o.keep_timeline = keep_timeline;
   if (run.plan.nodes.size() > 200000)
-    o.progress = [](double f) { std::fprintf(stderr, "\rsimulating %3.0f %%", 100 * f), std::fflush(stderr); };
+    o.progress = [start = std::chrono::steady_clock::now()](double f) {
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (f > 0)
+        std::fprintf(stderr, "\rsimulating %3.0f %%, %.0f s, about %.0f s left   ", 100 * f, elapsed,
+                     elapsed * (1 - f) / f);
+      else
+        std::fprintf(stderr, "\rsimulating   0 %%");
+      std::fflush(stderr);
+    };
   const auto t0 = std::chrono::steady_clock::now();
   run.result = sim::replay(run.plan, s.platform, s.costs, o);
   run.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (o.progress) std::fprintf(stderr, "\r%*s\r", 20, "");
+  if (o.progress) std::fprintf(stderr, "\r%*s\r", 50, "");
   return run;
 }
 

@@ -47,6 +47,7 @@ struct SimulateArgs {
   std::string trace_out, svg_out;
   bool json_out = false;
   bool no_fold = false;
+  int jobs = 1;
   std::vector<std::string> sweeps;
   bool compare_grouping = false;
 };
@@ -197,13 +198,11 @@ Setup with_overlap(Setup s, const ScheduleFlags& flags, bool overlap) {
   return s;
 }
 
-std::string row_cell(const std::function<Run()>& f, nlohmann::json& out, Run* keep = nullptr) {
+std::string row_cell(const std::function<Run()>& f, nlohmann::json& out) {
   try {
     Run r = f();
     out = summary_json(r);
-    std::string cell = ms(r.result.summary.step_time_s);
-    if (keep) *keep = std::move(r);
-    return cell;
+    return ms(r.result.summary.step_time_s);
   } catch (const std::exception& e) {
     out = {{"error", e.what()}};
     return "n/a";
@@ -255,33 +254,36 @@ int run_sweep(const Setup& base, const SimulateArgs& a, const sim::ReplayOptions
               << std::setw(13) << "a2a(on)" << std::setw(13) << "exposed(on)" << std::setw(10) << "hidden"
               << "bubble(on)\n";
   }
+  // Every combination's two replays, in -j worker processes; the rows come back in order.
+  std::vector<int> indices(combos.size());
+  for (std::size_t i = 0; i < combos.size(); ++i) indices[i] = static_cast<int>(i);
+  const std::vector<nlohmann::json> cells =
+      parallel_map(indices, a.jobs, "sweep: combinations", [&](int i) {
+        Setup s = base;
+        for (std::size_t k = 0; k < axes.size(); ++k) apply(s, axes[k].key, combos[static_cast<std::size_t>(i)][k]);
+        nlohmann::json off, on;
+        row_cell([&] { return simulate(with_overlap(s, a.schedule, false), ro, false); }, off);
+        row_cell([&] { return simulate(with_overlap(s, a.schedule, true), ro, false); }, on);
+        return nlohmann::json{{"off", off}, {"on", on}};
+      });
   for (std::size_t i = 0; i < combos.size(); ++i) {
-    Setup s = base;
-    std::string label;
-    for (std::size_t k = 0; k < axes.size(); ++k) {
-      apply(s, axes[k].key, combos[i][k]);
-      label += (label.empty() ? "" : " ") + axes[k].key + "=" + combos[i][k];
-    }
-    std::cerr << "[" << i + 1 << "/" << combos.size() << "] " << label << "\n";
-    nlohmann::json off, on;
-    Run on_run;
-    const std::string off_cell = row_cell([&] { return simulate(with_overlap(s, a.schedule, false), ro, false); }, off);
-    const std::string on_cell =
-        row_cell([&] { return simulate(with_overlap(s, a.schedule, true), ro, false); }, on, &on_run);
+    const nlohmann::json& off = cells[i]["off"];
+    const nlohmann::json& on = cells[i]["on"];
     nlohmann::json row;
     for (std::size_t k = 0; k < axes.size(); ++k) row[axes[k].key] = combos[i][k];
     row["overlap_off"] = off;
     row["overlap_on"] = on;
     rows.push_back(row);
     if (a.json_out) continue;
+    auto cell = [](const nlohmann::json& r) { return r.contains("step_time_s") ? ms(r["step_time_s"].get<double>()) : "n/a"; };
     for (const auto& v : combos[i]) std::cout << std::setw(14) << v;
-    std::cout << std::setw(14) << off_cell << std::setw(14) << on_cell;
+    std::cout << std::setw(14) << cell(off) << std::setw(14) << cell(on);
     if (on.contains("step_time_s") && off.contains("step_time_s")) {
-      const auto& m = on_run.result.summary;
       std::ostringstream sp;
-      sp << std::fixed << std::setprecision(3) << off["step_time_s"].get<double>() / m.step_time_s << "x";
-      std::cout << std::setw(9) << sp.str() << std::setw(13) << ms(m.a2a_total_s) << std::setw(13)
-                << ms(m.a2a_exposed_s) << std::setw(10) << pct(m.a2a_hidden_fraction) << pct(m.bubble_fraction);
+      sp << std::fixed << std::setprecision(3) << off["step_time_s"].get<double>() / on["step_time_s"].get<double>() << "x";
+      std::cout << std::setw(9) << sp.str() << std::setw(13) << ms(on["a2a_total_s"].get<double>()) << std::setw(13)
+                << ms(on["a2a_exposed_s"].get<double>()) << std::setw(10) << pct(on["a2a_hidden_fraction"].get<double>())
+                << pct(on["bubble_fraction"].get<double>());
     } else {
       std::cout << std::setw(9) << "-";
       if (!on.contains("step_time_s")) std::cout << "  (overlap on: " << on["error"].get<std::string>() << ")";
@@ -431,6 +433,10 @@ const Registration reg{{
                      "KEY=V1,V2,... (repeatable: cartesian product); keys: pattern, ep, pp, vpp, dp, microbatches, "
                      "routing_skew, cost keys, platform keys, model fields. One row per combination, overlap off "
                      "and on side by side")
+          ->group(twin);
+      sub.add_option("-j,--jobs", a->jobs, "--sweep: worker processes")
+          ->check(CLI::Range(1, 256))
+          ->capture_default_str()
           ->group(twin);
       sub.add_flag("--compare-grouping", a->compare_grouping,
                    "simulate the pattern and its flattened form (groups dissolved), overlap off and on")

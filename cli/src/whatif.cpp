@@ -1,7 +1,14 @@
 // One what-if (see whatif.hpp).
 #include "whatif.hpp"
 
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <iomanip>
 #include <sstream>
@@ -131,5 +138,96 @@ std::string gib(double bytes) {
   return o.str();
 }
 
+
+std::vector<nlohmann::json> parallel_map(const std::vector<int>& items, int workers, const std::string& what,
+                                         const std::function<nlohmann::json(int)>& fn) {
+  std::vector<nlohmann::json> out(items.size());
+  if (items.empty()) return out;
+  workers = std::max(1, std::min<int>(workers, static_cast<int>(items.size())));
+  struct Worker {
+    pid_t pid = -1;
+    int fd = -1;
+    std::string buffer;
+  };
+  std::vector<Worker> ws(static_cast<std::size_t>(workers));
+  std::fflush(nullptr);
+  for (int w = 0; w < workers; ++w) {
+    int fds[2];
+    if (pipe(fds) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+    const pid_t pid = fork();
+    if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+    if (pid == 0) {
+      close(fds[0]);
+      for (int k = w; k < static_cast<int>(items.size()); k += workers) {
+        std::string line = std::to_string(k) + " " + fn(items[static_cast<std::size_t>(k)]).dump() + "\n";
+        for (std::size_t done = 0; done < line.size();) {
+          const ssize_t n = write(fds[1], line.data() + done, line.size() - done);
+          if (n < 0 && errno == EINTR) continue;
+          if (n <= 0) _exit(3);
+          done += static_cast<std::size_t>(n);
+        }
+      }
+      close(fds[1]);
+      _exit(0);
+    }
+    close(fds[1]);
+    ws[static_cast<std::size_t>(w)] = {pid, fds[0], {}};
+  }
+  std::size_t received = 0;
+  double next_report = 1;  // seconds: one progress line, redrawn at most once a second
+  const auto t0 = std::chrono::steady_clock::now();
+  int open = workers;
+  while (open > 0) {
+    std::vector<pollfd> polls;
+    for (const auto& w : ws)
+      if (w.fd >= 0) polls.push_back({w.fd, POLLIN, 0});
+    if (poll(polls.data(), polls.size(), -1) < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error(std::string("poll: ") + std::strerror(errno));
+    }
+    for (auto& w : ws) {
+      if (w.fd < 0) continue;
+      bool ready = false;
+      for (const auto& p : polls) ready = ready || (p.fd == w.fd && p.revents != 0);
+      if (!ready) continue;
+      char chunk[65536];
+      const ssize_t n = read(w.fd, chunk, sizeof chunk);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        close(w.fd);
+        w.fd = -1;
+        --open;
+        continue;
+      }
+      w.buffer.append(chunk, static_cast<std::size_t>(n));
+      for (std::size_t nl; (nl = w.buffer.find('\n')) != std::string::npos;) {
+        const std::string line = w.buffer.substr(0, nl);
+        w.buffer.erase(0, nl + 1);
+        const std::size_t sp = line.find(' ');
+        out.at(std::stoul(line.substr(0, sp))) = nlohmann::json::parse(line.substr(sp + 1));
+        ++received;
+      }
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (!what.empty() && elapsed >= next_report) {
+        const double left = elapsed / static_cast<double>(received) * static_cast<double>(items.size() - received);
+        std::fprintf(stderr, "\r%s %zu/%zu, %.0f s, about %.0f s left   ", what.c_str(), received, items.size(),
+                     elapsed, left);
+        next_report = elapsed + 1;
+      }
+    }
+  }
+  bool failed = false;
+  for (const auto& w : ws) {
+    int status = 0;
+    while (waitpid(w.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    failed = failed || !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+  }
+  if (!what.empty() && next_report > 1) std::fprintf(stderr, "\r%*s\r", 70, "");
+  if (failed || received != items.size())
+    throw std::runtime_error("a worker process failed (" + std::to_string(received) + " of " +
+                             std::to_string(items.size()) + " results)");
+  return out;
+}
 
 }  // namespace ht::cli

@@ -4,7 +4,7 @@
 each simulated layout's bound is below its step; every listed layout fits, is on the requested
 GPUs and batch, and the table is sorted; a layout that `simulate` itself reports as not fitting is
 left out and counted; `--emit-jobs` commands run one by one and `merge` give the search's table;
-merge refuses a file that is not a result in one line.
+merge refuses a file that is not a result in one line; a sweep with -j 2 prints -j 1's table.
 
 usage: search_test.py HYBRID_TWIN
 """
@@ -90,6 +90,13 @@ with tempfile.TemporaryDirectory() as d:
     open(bad, "w").write('{"hello": 1}')
     rc, _, err = run(["merge", bad])
     check(rc == 2 and len(err.strip().splitlines()) == 1 and "not the JSON of" in err, "merge refuses a non-result in one line")
+
+# A sweep's table from 2 worker processes is the table from 1.
+sweep = ["simulate", "--model", "qwen3-30b-a3b", "--platform", "dgx-h100", "--gpus", "16", "--gbs", "32",
+         "--sweep", "ep=2,4,8", "--sweep", "ib_gbps=200,400"]
+rc1, t1, _ = run(sweep + ["-j", "1"])
+rc2, t2, _ = run(sweep + ["-j", "2"])
+check(rc1 == 0 and rc2 == 0 and t1 == t2 and len(t1.splitlines()) == 7, "simulate --sweep -j 2 prints the table of -j 1")
 
 print("%d failures" % len(failures))
 sys.exit(1 if failures else 0)

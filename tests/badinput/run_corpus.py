@@ -232,7 +232,7 @@ CASES = [
     # 4. sizes with no upper bound
     ("size-microbatches", 4, 2, ["simulate", "--pattern", "M*E", "--microbatches", "100000000"], "more than the limit of 4000000",
      None, None),
-    ("size-dp", 4, 2, ["simulate", "--pattern", "M*E", "--dp", "2000000"], "more than the limit", None, None),
+    ("size-dp", 4, 2, ["simulate", "--pattern", "M*E", "--dp", "1000000"], "more than the limit", None, None),
     ("size-dp-unfolded", 4, 2, ["simulate", "--pattern", "M*E", "--dp", "100000", "--no-fold"], "more than the limit",
      None, None),
     ("size-layers", 4, 2, ["simulate", "--pattern", "M-" * 50000, "--microbatches", "8"], "nodes, more than the limit",

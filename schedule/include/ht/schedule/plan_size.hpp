@@ -20,8 +20,9 @@ struct PlanSize {
 
 inline constexpr double kMaxPlanNodes = 4e6;
 inline constexpr double kMaxPlanTransfers = 64e6;
-// Global ranks of one plan: far beyond any cluster, small enough for int arithmetic on ranks.
-inline constexpr std::int64_t kMaxPlanRanks = 1 << 20;
+// Global ranks of one plan: 2^19 = 524,288, more than twice the largest cluster built so far;
+// folded (fold.hpp) a plan of any size up to it replays in seconds.
+inline constexpr std::int64_t kMaxPlanRanks = 1 << 19;
 
 // `built` ranks of the layout's are built (folded plans, build.hpp built_ranks); 0 = all of them.
 PlanSize estimate_plan_size(const patterns::ParsedPattern& pattern, const ParallelConfig& config, double built = 0);

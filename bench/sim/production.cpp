@@ -1,9 +1,9 @@
 // The production what-ifs of docs/twin.md, timed: Qwen3-Next-80B-A3B on 128 H100s (TP 1, PP 4 x
 // VPP 3, EP 32, GBS 256) and Qwen3-235B-A22B on 256 H100s (TP 2, PP 8 x VPP 4, EP 32, GBS 2048,
 // i.e. 128 microbatches, recomputing layernorm and moe_act), both with the distributed optimizer
-// and its overlaps. Prints the plan size, the wall and CPU time of building, estimating memory and
-// replaying, peak memory of both processes, and the prediction. A program, not a test: it never
-// fails on timing.
+// and its overlaps, each folded (schedule/fold.hpp, what simulate does) and unfolded (the peer).
+// Prints the plan size, the wall and CPU time of building, estimating memory and replaying, peak
+// memory of both processes, and the prediction. A program, not a test: it never fails on timing.
 //
 //   ht_bench_production [all|qwen3-next|qwen3-235b]
 #include <sys/resource.h>
@@ -46,7 +46,7 @@ struct Case {
   const char* recompute;
 };
 
-void run(const Case& c) {
+void run(const Case& c, bool fold) {
   hs::ModelCard card = hs::model_card(c.model);
   hs::ModelDims dims = card.dims;
   hs::ParallelConfig base;
@@ -57,8 +57,10 @@ void run(const Case& c) {
   opt.overlap = cfg.ep > 1 && ht::patterns::parse(card.pattern).mtp_depths == 0;
   opt.delay_wgrad = opt.overlap;
   const auto pattern = ht::patterns::parse(card.pattern);
-  std::printf("%s: %s on %d GPUs, %s, %d microbatches, recompute %s, overlap %s\n", c.name, c.model, cfg.global_ranks(),
-              hs::describe_layout(cfg).c_str(), cfg.microbatches, c.recompute, opt.overlap ? "on" : "off");
+  opt.fold = fold;
+  std::printf("%s (%s): %s on %d GPUs, %s, %d microbatches, recompute %s, overlap %s\n", c.name,
+              fold ? "folded" : "unfolded", c.model, cfg.global_ranks(), hs::describe_layout(cfg).c_str(),
+              cfg.microbatches, c.recompute, opt.overlap ? "on" : "off");
   const double cpu0 = cpu_s(RUSAGE_SELF);
   auto t = Clock::now();
   const hs::Plan plan = hs::build_plan(pattern, dims, cfg, opt);
@@ -69,6 +71,7 @@ void run(const Case& c) {
   const double self_cpu = cpu_s(RUSAGE_SELF) - cpu0;
   ht::sim::ReplayOptions ro;
   ro.keep_timeline = false;
+  ro.fold = fold;
   const double child0 = cpu_s(RUSAGE_CHILDREN);
   t = Clock::now();
   const auto r = ht::sim::replay(plan, ht::sim::preset("dgx-h100"), ht::sim::CostModel{}, ro);
@@ -76,9 +79,9 @@ void run(const Case& c) {
   const double replay_cpu = cpu_s(RUSAGE_CHILDREN) - child0;
   const double gbs = double(cfg.dp) * cfg.microbatches * dims.micro_batch;
   const double mfu = hs::model_flops_per_step(pattern, dims, gbs) / r.summary.step_time_s / cfg.global_ranks() / 989e12;
-  std::printf("  plan %lld nodes: build %.1f s, memory walk %.1f s (%.1f CPU s), replay %.1f s wall / %.1f CPU s, "
+  std::printf("  plan %lld nodes on %d simulated ranks: build %.1f s, memory walk %.1f s (%.1f CPU s), replay %.1f s wall / %.1f CPU s, "
               "total %.1f s wall\n",
-              static_cast<long long>(plan.nodes.size()), build_s, memory_s, self_cpu, replay_s, replay_cpu,
+              static_cast<long long>(plan.nodes.size()), plan.global_ranks(), build_s, memory_s, self_cpu, replay_s, replay_cpu,
               build_s + memory_s + replay_s);
   std::printf("  peak RSS: builder %.2f GiB, simulation %.2f GiB; %lld activities (%.0f per CPU s)\n",
               rss_gib(RUSAGE_SELF), rss_gib(RUSAGE_CHILDREN), static_cast<long long>(r.summary.activities),
@@ -107,7 +110,17 @@ int main(int argc, char** argv) {
   big.vpp = 4;
   big.ep = 32;
   big.gbs = 2048;
-  if (which == "all" || which == "qwen3-next") run({"qwen3-next", "qwen3-next-80b-a3b", next, "none"});
-  if (which == "all" || which == "qwen3-235b") run({"qwen3-235b", "qwen3-235b-a22b", big, "layernorm,moe_act"});
+  // Folded (what simulate does), then unfolded (the peer: every rank replayed).
+  auto both = [](const Case& c) {
+    for (bool fold : {true, false}) {
+      try {
+        run(c, fold);
+      } catch (const std::exception& e) {
+        std::printf("%s (%s): refused: %s\n\n", c.name, fold ? "folded" : "unfolded", e.what());
+      }
+    }
+  };
+  if (which == "all" || which == "qwen3-next") both({"qwen3-next", "qwen3-next-80b-a3b", next, "none"});
+  if (which == "all" || which == "qwen3-235b") both({"qwen3-235b", "qwen3-235b-a22b", big, "layernorm,moe_act"});
   return 0;
 }

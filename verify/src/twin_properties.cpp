@@ -1,7 +1,9 @@
 // Twin properties (reference sections 3.5 and 5.2, sim/replay.hpp): the SimGrid replay of a
 // generated plan runs each stream one node at a time, its summary equals the figures recomputed
 // here from the timeline's own spans (step time, compute busy, bubble, all-to-all totals), no
-// step beats its busiest stream, and a replay is a pure function of its inputs.
+// step beats its busiest stream, exposed and hidden all-to-all equal their recomputation from the
+// spans, the replay starts exactly the plan's flows and the forward dispatches' routing counts,
+// and a replay is a pure function of its inputs.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -98,6 +100,69 @@ void check_summary(const Case& c) {
     fail("bubble_fraction " + std::to_string(m.bubble_fraction) + " != 1 - busy/step = " + std::to_string(bubble));
   if (!close(m.a2a_total_s, a2a)) fail("a2a_total_s " + std::to_string(m.a2a_total_s) + " != " + std::to_string(a2a));
   if (m.a2a_exposed_s > m.a2a_total_s * (1 + 1e-9) + 1e-15) fail("more all-to-all exposed than run");
+  // Exposed all-to-all: the part of each dispatch/combine span during which no span of the same
+  // GPU's compute stream runs, from the union of the compute spans, averaged over the GPUs.
+  std::map<int, std::vector<std::pair<double, double>>> compute;
+  for (const auto& s : r.timeline.spans)
+    if (s.stream == 0) compute[s.device].emplace_back(s.start_s, s.end_s());
+  for (auto& [_, v] : compute) {
+    std::sort(v.begin(), v.end());
+    std::vector<std::pair<double, double>> merged;
+    for (const auto& iv : v)
+      if (!merged.empty() && iv.first <= merged.back().second) merged.back().second = std::max(merged.back().second, iv.second);
+      else merged.push_back(iv);
+    v = std::move(merged);
+  }
+  double exposed = 0;
+  for (const auto& s : r.timeline.spans) {
+    if (s.category != "dispatch" && s.category != "combine") continue;
+    double covered = 0;
+    for (const auto& [b, e] : compute[s.device]) covered += std::max(0.0, std::min(e, s.end_s()) - std::max(b, s.start_s));
+    exposed += s.duration_s - covered;
+  }
+  exposed /= gpus;
+  const double tolerance = 1e-9 * std::max(1.0, step) * static_cast<double>(r.timeline.spans.size());
+  if (std::fabs(m.a2a_exposed_s - exposed) > tolerance)
+    fail("a2a_exposed_s " + std::to_string(m.a2a_exposed_s) + " != " + std::to_string(exposed) +
+         " recomputed from the spans");
+  const double hidden = a2a > 0 ? 1.0 - exposed / a2a : 1.0;
+  if (std::fabs(m.a2a_hidden_fraction - hidden) > 1e-6)
+    fail("a2a_hidden_fraction " + std::to_string(m.a2a_hidden_fraction) + " != 1 - exposed/total = " +
+         std::to_string(hidden));
+}
+
+// Which transfers the replay starts, counted from the plan (pairwise flows: one per peer a node
+// sends a whole byte or more, a ring's one per member) plus the routing counts: every forward
+// dispatch, and only it, first tells each other member of its EP group how many rows follow
+// (reference 3.5; Megatron's dispatcher exchanges the counts before the tokens).
+void check_flow_count(const Case& c) {
+  const TwinInput t = twin_input(c);
+  sim::ReplayOptions o;
+  o.a2a = sim::A2aModel::Pairwise;
+  o.keep_timeline = false;
+  const auto r = sim::replay(t.plan, t.platform, t.costs, o);
+  auto whole = [](double b) { return b > 0 && std::llround(b) > 0; };
+  long long payload = 0, counts = 0;
+  for (const auto& n : t.plan.nodes) {
+    const schedule::Collective* col = n.collective >= 0 ? &t.plan.collectives[static_cast<std::size_t>(n.collective)] : nullptr;
+    bool collective_sends = false;
+    if (col != nullptr)
+      for (int m : col->nodes) collective_sends = collective_sends || !t.plan.node(m).sends.empty();
+    if (col != nullptr && col->kind == schedule::CollectiveKind::AllReduce && !collective_sends) {
+      const double members = static_cast<double>(col->nodes.size());
+      if (members >= 2 && whole(2.0 * (members - 1) / members * n.mem_bytes)) ++payload;
+    } else {
+      for (const auto& s : n.sends)
+        if (s.peer != n.rank && whole(s.bytes)) ++payload;
+    }
+    if (col != nullptr && col->kind == schedule::CollectiveKind::AllToAll && n.slot == schedule::Slot::Dispatch &&
+        n.phase == schedule::Phase::Forward)
+      counts += static_cast<long long>(col->nodes.size()) - 1;
+  }
+  if (r.summary.flows != payload + counts)
+    fail("the replay started " + std::to_string(r.summary.flows) + " transfers; the plan has " +
+         std::to_string(payload) + " payload flows and " + std::to_string(counts) +
+         " routing-count messages (forward dispatches only)");
 }
 
 void check_step_bound(const Case& c) {
@@ -142,9 +207,13 @@ Property make(std::string name, std::string summary, std::function<void(const Ca
 void add_twin_properties(std::vector<Property>& out) {
   out.push_back(make("twin.stream_serialised", "each simulated stream runs one node at a time, in issue order",
                      check_stream_serialised));
-  out.push_back(make("twin.summary", "step, busy, bubble and all-to-all figures equal those recomputed from the spans",
+  out.push_back(make("twin.summary",
+                     "step, busy, bubble, all-to-all total, exposed and hidden equal those recomputed from the spans",
                      check_summary));
   out.push_back(make("twin.step_bound", "no step is shorter than its busiest stream", check_step_bound));
+  out.push_back(make("twin.routing_counts",
+                     "the replay starts the plan's payload flows plus routing counts on forward dispatches only",
+                     check_flow_count));
   out.push_back(make("twin.deterministic", "a replay is a pure function of plan, platform and costs",
                      check_deterministic));
 }

@@ -295,6 +295,48 @@ void check_pipeline_violation(const Case& c) {
   fail("allocated a pipeline that breaks " + code);
 }
 
+// Reference 1.3, the legacy (pipe-less) split: with first/last stage counts, rank 0 holds `first`
+// physical layers, the last rank `last`, the middle ranks equal shares after `first`; without
+// them every rank N / pp. The generator built each stage's items itself (whole items only, so no
+// group is cut), so the expected stages are its own, not a recomputation of the rule.
+void check_legacy_split(const Case& c) {
+  const ParsedPattern p = patterns::parse(pattern_of(c));
+  patterns::PipelineConfig config;
+  config.pp = c.at("pp").get<int>();
+  if (c.contains("first_stage_layers")) config.first_stage_layers = c["first_stage_layers"].get<int>();
+  if (c.contains("last_stage_layers")) config.last_stage_layers = c["last_stage_layers"].get<int>();
+  const auto& stages_expected = c.at("stages");
+  std::vector<patterns::StageSlice> stages;
+  try {
+    stages = patterns::allocate_stages(p, config);
+  } catch (const PatternError& e) {
+    fail(std::string("refused a valid legacy split: ") + e.what());
+  }
+  if (stages.size() != stages_expected.size())
+    fail(std::to_string(stages.size()) + " stages, expected " + std::to_string(stages_expected.size()));
+  int physical = 0, logical = 0;
+  for (std::size_t k = 0; k < stages.size(); ++k) {
+    const auto& s = stages[k];
+    const std::string want = stages_expected[k].get<std::string>();
+    const std::string where = "stage " + std::to_string(k);
+    if (s.pp_rank != static_cast<int>(k) || s.vp_stage != 0)
+      fail(where + " placed on (" + std::to_string(s.pp_rank) + ", " + std::to_string(s.vp_stage) + ")");
+    if (show(s.items) != want) fail(where + " holds '" + show(s.items) + "', expected '" + want + "'");
+    if (s.physical_offset != physical)
+      fail(where + " physical offset " + std::to_string(s.physical_offset) + ", expected " + std::to_string(physical));
+    if (s.logical_offset != logical)
+      fail(where + " logical offset " + std::to_string(s.logical_offset) + ", expected " + std::to_string(logical));
+    for (const Item& it : s.items) physical += it.physical_count();
+    logical += static_cast<int>(s.items.size());
+  }
+  // One stage alone, as each rank asks for its own.
+  const int last = static_cast<int>(stages.size()) - 1;
+  const auto one = patterns::select_stage(p, config, last, std::nullopt);
+  expect(show(one.items) == stages_expected[static_cast<std::size_t>(last)].get<std::string>() &&
+             one.physical_offset == stages.back().physical_offset,
+         "select_stage of the last rank differs from allocate_stages");
+}
+
 // ---- case sources ------------------------------------------------------------------------------
 
 Case violation_case(const gen::Violation& v) { return {{"pattern", v.text}, {"code", v.code}, {"position", v.position}}; }
@@ -347,6 +389,51 @@ CaseSource piped_cases(const FuzzContext& ctx) {
           ""};
 }
 
+// Valid legacy splits: pp 2-5; first and last stage counts each set or not; every stage built
+// from whole items (single layers of M * -, or a [mixer -] group) that fill its share exactly.
+CaseSource legacy_split_cases(const FuzzContext& ctx) {
+  if (ctx.pattern) return {std::nullopt, "legacy splits are generated with their stage sizes"};
+  return {rc::gen::exec([] {
+            const int pp = *rc::gen::inRange(2, 6);
+            const bool has_first = *rc::gen::arbitrary<bool>(), has_last = *rc::gen::arbitrary<bool>();
+            const int first = has_first ? *rc::gen::inRange(1, 6) : 0, last = has_last ? *rc::gen::inRange(1, 6) : 0;
+            const int middle_stages = pp - (has_first ? 1 : 0) - (has_last ? 1 : 0);
+            const int share = *rc::gen::inRange(middle_stages > 0 ? 1 : 0, 5);
+            std::vector<int> sizes;
+            for (int r = 0; r < pp; ++r)
+              sizes.push_back(r == 0 && has_first ? first : r == pp - 1 && has_last ? last : share);
+            if (!has_first && !has_last) {
+              // Even split: every rank N / pp.
+              for (int& z : sizes) z = std::max(share, 1);
+            }
+            Case c{{"pp", pp}};
+            if (has_first) c["first_stage_layers"] = first;
+            if (has_last) c["last_stage_layers"] = last;
+            std::string text;
+            nlohmann::json stages = nlohmann::json::array();
+            for (int size : sizes) {
+              std::string stage;
+              for (int left = size; left > 0;) {
+                // A group holds one mixer and one MLP (two of a namespace collide, rule G5).
+                if (left >= 2 && *rc::gen::inRange(0, 3) == 0) {
+                  stage += std::string("[") + *rc::gen::element('M', '*') + "-]";
+                  left -= 2;
+                } else {
+                  stage += *rc::gen::element('M', '*', '-');
+                  left -= 1;
+                }
+              }
+              stages.push_back(stage);
+              text += stage;
+            }
+            RC_PRE(!text.empty());
+            c["pattern"] = text;
+            c["stages"] = stages;
+            return c;
+          }),
+          ""};
+}
+
 CaseSource gpt_cases(const FuzzContext& ctx) {
   if (ctx.pattern) {
     const ParsedPattern p = patterns::parse(*ctx.pattern);
@@ -388,6 +475,9 @@ void add_pattern_properties(std::vector<Property>& out) {
                      loose_cases, check_namespace_collision));
   out.push_back(make("pattern.stage_tiling", "segment k -> (k % pp, k / pp) with offsets of all earlier segments",
                      piped_cases, check_stage_tiling));
+  out.push_back(make("pattern.legacy_split",
+                     "valid pipe-less splits (first/last stage counts set or not) allocate and tile the layers in order",
+                     legacy_split_cases, check_legacy_split));
   out.push_back(make("pattern.stage_keys", "each stage's keys are the whole model's keys for its layers", piped_cases,
                      check_stage_keys));
   out.push_back(make("pattern.gpt_map", "the k-th '*' and k-th MLP member map to GPT layer k", gpt_cases,

@@ -3,6 +3,7 @@
 // cycle, per-microbatch chains, F/B/W pairing, all-to-alls in lock step with every peer, the
 // 13-step order (against plan_oracle), determinism and the JSON round trip.
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <tuple>
@@ -162,6 +163,82 @@ void check_ep_lockstep(const Case& c) {
   }
 }
 
+// Transfer sizes against a token count written here (tp = cp = 1 in these cases): a microbatch
+// of T = micro_batch x seq_len tokens sends T x top_k routed copies of hidden x bytes each
+// through its dispatch, all of them somewhere: with balanced routing each other EP rank gets
+// 1/ep of them; under skew the receivers' shares (toward the experts) or the senders' shares
+// (back from them) still sum to the whole. Every forward dispatch i -> j moves what the backward
+// combine moves i -> j (the gradients of the same copies), and every forward combine i -> j what
+// the backward dispatch moves. A pipeline transfer carries T x hidden x bytes.
+void check_collective_bytes(const Case& c) {
+  const PlanInput in = input_of(c);
+  const Plan plan = build(in);
+  const auto& d = in.dims;
+  const double tokens = double(d.micro_batch) * d.seq_len;
+  const double routed = tokens * d.top_k * d.hidden * d.bytes_per_element;
+  const double activations = tokens * d.hidden * d.bytes_per_element;
+  const int ep = in.config.ep;
+  auto near = [](double a, double b) { return std::fabs(a - b) <= 1e-9 * std::max({1.0, std::fabs(a), std::fabs(b)}); };
+  // bytes[(slot, phase, microbatch, layer, mtp)][(from, to)]
+  std::map<std::tuple<int, int, int, int, bool>, std::map<std::pair<int, int>, double>> moved;
+  for (const auto& col : plan.collectives) {
+    if (col.kind == CollectiveKind::PointToPoint) {
+      for (int m : col.nodes)
+        for (const auto& t : plan.node(m).sends)
+          if (!near(t.bytes, activations))
+            fail("'" + plan.node(m).label() + "' sends " + std::to_string(t.bytes) + " bytes down the pipeline, a " +
+                 "microbatch's activations are " + std::to_string(activations));
+      continue;
+    }
+    if (col.kind != CollectiveKind::AllToAll) continue;
+    for (int m : col.nodes) {
+      const Node& n = plan.node(m);
+      auto& into = moved[{static_cast<int>(n.slot), static_cast<int>(n.phase), n.microbatch, n.layer, n.mtp}];
+      for (const auto& t : n.sends) into[{n.rank, t.peer}] = t.bytes;
+    }
+  }
+  for (const auto& [key, pairs] : moved) {
+    const auto [slot, phase, mb, layer, mtp] = key;
+    const bool toward = (slot == static_cast<int>(Slot::Dispatch)) == (phase != static_cast<int>(Phase::Backward));
+    const std::string where = std::string(slot == static_cast<int>(Slot::Dispatch) ? "dispatch" : "combine") +
+                              (phase == static_cast<int>(Phase::Backward) ? " backward" : " forward") +
+                              " of microbatch " + std::to_string(mb) + " layer " + std::to_string(layer);
+    if (in.options.routing_skew == 0.0) {
+      for (const auto& [fromto, bytes] : pairs)
+        if (!near(bytes, routed / ep))
+          fail(where + ": rank " + std::to_string(fromto.first) + " sends " + std::to_string(bytes) + " bytes to " +
+               std::to_string(fromto.second) + ", balanced routing sends " + std::to_string(routed / ep));
+    } else {
+      // The share of the rank the bytes are about: the receiver toward the experts, else the
+      // sender. Read off each pair, every rank's share must agree and all shares sum to one.
+      std::map<int, double> share;
+      for (const auto& [fromto, bytes] : pairs) {
+        const int owner = toward ? fromto.second : fromto.first;
+        const auto [it, fresh] = share.try_emplace(owner, bytes / routed);
+        if (!fresh && !near(it->second * routed, bytes))
+          fail(where + ": rank " + std::to_string(owner) + "'s share differs between its transfers");
+      }
+      double sum = 0;
+      for (const auto& [_, v] : share) sum += v;
+      if (static_cast<int>(share.size()) == ep && std::fabs(sum - 1.0) > 1e-9)
+        fail(where + ": the EP ranks' shares of the routed tokens sum to " + std::to_string(sum) + ", not 1");
+    }
+    // The backward mirror: dispatch F <-> combine B, combine F <-> dispatch B, same direction.
+    if (phase != static_cast<int>(Phase::Forward)) continue;
+    const int mirror_slot = slot == static_cast<int>(Slot::Dispatch) ? static_cast<int>(Slot::Combine)
+                                                                     : static_cast<int>(Slot::Dispatch);
+    const auto it = moved.find({mirror_slot, static_cast<int>(Phase::Backward), mb, layer, mtp});
+    if (it == moved.end()) fail(where + " has no backward mirror");
+    for (const auto& [fromto, bytes] : pairs) {
+      const auto b = it->second.find(fromto);
+      if (b == it->second.end() || !near(b->second, bytes))
+        fail(where + ": rank " + std::to_string(fromto.first) + " -> " + std::to_string(fromto.second) + " moves " +
+             std::to_string(bytes) + " bytes forward, its backward mirror " +
+             (b == it->second.end() ? std::string("nothing") : std::to_string(b->second)));
+    }
+  }
+}
+
 // The combined-1F1B issue order equals the one spelled out from reference 3.6 (plan_oracle).
 void check_13_step_order(const Case& c) {
   const PlanInput in = input_of(c);
@@ -235,6 +312,9 @@ void add_plan_properties(std::vector<Property>& out) {
                      general_plan_cases, check_microbatch_chain));
   out.push_back(make("plan.ep_lockstep", "all-to-all members match and each sends to every other EP group member",
                      general_plan_cases, check_ep_lockstep));
+  out.push_back(make("plan.collective_bytes",
+                     "all-to-all and pipeline transfers carry the routed copies and activations a token count gives",
+                     general_plan_cases, check_collective_bytes));
   out.push_back(make("plan.13_step_order", "combined 1F1B issues nodes in the 13-step order of reference 3.6",
                      combined_cases, check_13_step_order));
   out.push_back(make("plan.json_roundtrip", "plans are deterministic and survive the JSON round trip byte for byte",

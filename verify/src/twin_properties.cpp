@@ -6,6 +6,7 @@
 // and a replay is a pure function of its inputs.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 
 #include "ht/schedule/build.hpp"
@@ -122,9 +123,12 @@ void check_summary(const Case& c) {
   }
   exposed /= gpus;
   const double tolerance = 1e-9 * std::max(1.0, step) * static_cast<double>(r.timeline.spans.size());
-  if (std::fabs(m.a2a_exposed_s - exposed) > tolerance)
-    fail("a2a_exposed_s " + std::to_string(m.a2a_exposed_s) + " != " + std::to_string(exposed) +
-         " recomputed from the spans");
+  if (std::fabs(m.a2a_exposed_s - exposed) > tolerance) {
+    char text[160];
+    std::snprintf(text, sizeof text, "a2a_exposed_s %.12g s != %.12g s recomputed from the spans", m.a2a_exposed_s,
+                  exposed);
+    fail(text);
+  }
   const double hidden = a2a > 0 ? 1.0 - exposed / a2a : 1.0;
   if (std::fabs(m.a2a_hidden_fraction - hidden) > 1e-6)
     fail("a2a_hidden_fraction " + std::to_string(m.a2a_hidden_fraction) + " != 1 - exposed/total = " +

@@ -50,6 +50,23 @@ A2aModel parse_a2a_model(std::string_view text) {
 
 namespace {
 
+// A collective whose per-peer sends differ by more than 1 % (skewed routing). Self-sends, named
+// by the layout's rank, do not count.
+bool skewed_collective(const Plan& plan, const schedule::Collective& c) {
+  double lo = 0, hi = 0;
+  bool first = true;
+  for (int m : c.nodes) {
+    const Node& n = plan.nodes[static_cast<std::size_t>(m)];
+    for (const auto& t : n.sends) {
+      if (t.peer == plan.original_rank(n.rank)) continue;
+      lo = first ? t.bytes : std::min(lo, t.bytes);
+      hi = first ? t.bytes : std::max(hi, t.bytes);
+      first = false;
+    }
+  }
+  return hi > lo * 1.01;
+}
+
 constexpr int kStreamsPerRank = 3;  // compute, comm, dp (schedule::Stream)
 
 struct Flow {
@@ -208,18 +225,7 @@ struct ReplayState {
 
   // Routing skew concentrates bytes on hot receivers, which aggregated flows would spread out
   // (tests: 0.27x the pairwise time at Zipf 1.5), so Auto keeps skewed collectives pairwise.
-  bool skewed(const schedule::Collective& c) const {
-    double lo = 0, hi = 0;
-    bool first = true;
-    for (int m : c.nodes)
-      for (const auto& t : plan.nodes[m].sends) {
-        if (t.peer == plan.nodes[m].rank) continue;
-        lo = first ? t.bytes : std::min(lo, t.bytes);
-        hi = first ? t.bytes : std::max(hi, t.bytes);
-        first = false;
-      }
-    return hi > lo * 1.01;
-  }
+  bool skewed(const schedule::Collective& c) const { return skewed_collective(plan, c); }
 
   static std::uint64_t whole_bytes(double b) { return b > 0 ? static_cast<std::uint64_t>(std::llround(b)) : 0; }
 
@@ -662,19 +668,8 @@ bool aligned(long long stride, long long size, long long per_node) {
 
 // Skewed routing shows as unequal all-to-all sends.
 bool skewed_sends(const Plan& plan) {
-  for (const auto& c : plan.collectives) {
-    if (c.kind != CollectiveKind::AllToAll) continue;
-    double lo = 0, hi = 0;
-    bool first = true;
-    for (int m : c.nodes)
-      for (const auto& t : plan.nodes[static_cast<std::size_t>(m)].sends) {
-        if (t.peer == plan.original_rank(plan.nodes[static_cast<std::size_t>(m)].rank)) continue;
-        lo = first ? t.bytes : std::min(lo, t.bytes);
-        hi = first ? t.bytes : std::max(hi, t.bytes);
-        first = false;
-      }
-    if (hi > lo * 1.01) return true;
-  }
+  for (const auto& c : plan.collectives)
+    if (c.kind == CollectiveKind::AllToAll && skewed_collective(plan, c)) return true;
   return false;
 }
 

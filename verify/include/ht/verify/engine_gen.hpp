@@ -6,10 +6,16 @@
 
 #include <rapidcheck.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <set>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "ht/engine/config.hpp"
+#include "ht/patterns/symbols.hpp"
 
 namespace ht::verify::gen {
 
@@ -70,24 +76,59 @@ inline rc::Gen<engine::ModelConfig> tiny_model_config() {
                       });
 }
 
-// One logical layer the CPU executor runs, with or without overlap: single symbols, and groups
-// whose pre-layers the overlap can split ending in '-' or 'E'. Two families, because '*' may not
-// share a model with the MLA family (rule R2; 'W' belongs to it and is not an overlap pre-layer).
+// One logical layer the CPU executor runs, drawn from every valid form rather than a menu: a
+// single symbol, or a group of 1-4 members of one family whose checkpoint namespaces are pairwise
+// disjoint (rule G5, read from the symbol table), in any order, with at most one MLP/MoE terminal
+// and that one last (G2 for 'E'; the executor splits every layer as the overlap does, O1). Two
+// families, because '*' may not share a model with the MLA family (R2); under `overlap` the
+// pre-layers are those the overlap builder splits (O1: 'W' is not one).
 inline rc::Gen<std::string> engine_item(bool mla, bool overlap) {
-  if (mla)
-    return rc::gen::weightedOneOf<std::string>(
-        {{3, overlap ? rc::gen::element<std::string>("M", "G", "-", "E", "+")
-                     : rc::gen::element<std::string>("M", "G", "-", "E", "W", "+")},
-         {4, rc::gen::element<std::string>("[+E]", "[ME]", "[GE]", "[M+E]", "[G-]", "[+-]", "[M-]")}});
-  return rc::gen::weightedOneOf<std::string>(
-      {{3, rc::gen::element<std::string>("M", "*", "G", "-", "E")},
-       {4, rc::gen::element<std::string>("[*E]", "[ME]", "[GE]", "[M*E]", "[G-]", "[*-]", "[M-]", "[M*-]")}});
+  return rc::gen::exec([mla, overlap] {
+    std::string pre = mla ? (overlap ? "MG+" : "MG+W") : "MG*";
+    const std::string terminals = "-E";
+    const bool group = *rc::gen::weightedElement<bool>({{3, false}, {4, true}});
+    if (!group) return std::string(1, *rc::gen::elementOf(pre + terminals));
+    // Members: the pre-layer symbols in a random order, each kept while the drawn size allows
+    // and its namespaces are free; then possibly a terminal.
+    const int size = *rc::gen::weightedElement<int>({{1, 1}, {3, 2}, {3, 3}, {2, 4}});
+    const bool with_terminal = *rc::gen::arbitrary<bool>();
+    const std::vector<char> order = *rc::gen::map(
+        rc::gen::container<std::vector<int>>(pre.size(), rc::gen::arbitrary<int>()), [pre](const std::vector<int>& keys) {
+          std::vector<std::pair<int, char>> k;
+          for (std::size_t i = 0; i < pre.size(); ++i) k.emplace_back(keys[i], pre[i]);
+          std::stable_sort(k.begin(), k.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+          std::vector<char> out;
+          for (const auto& [_, c] : k) out.push_back(c);
+          return out;
+        });
+    std::string members;
+    std::set<std::string_view> taken;
+    auto fits = [&](char c) {
+      for (std::string_view ns : patterns::find_symbol(c)->namespaces)
+        if (!ns.empty() && taken.count(ns)) return false;
+      return true;
+    };
+    auto take = [&](char c) {
+      for (std::string_view ns : patterns::find_symbol(c)->namespaces)
+        if (!ns.empty()) taken.insert(ns);
+      members += c;
+    };
+    const int pre_wanted = with_terminal ? size - 1 : size;
+    for (char c : order)
+      if (static_cast<int>(members.size()) < pre_wanted && fits(c)) take(c);
+    if (with_terminal || members.empty()) {
+      const char t = *rc::gen::elementOf(terminals);
+      if (fits(t)) take(t);
+    }
+    if (members.empty()) members = "E";
+    return "[" + members + "]";
+  });
 }
 
-// 1 to 3 logical layers of one family with at least one MoE layer; `overlap`: only layers the
+// 1 to 4 logical layers of one family with at least one MoE layer; `overlap`: only layers the
 // overlap builder can split (rule O1).
 inline rc::Gen<std::string> engine_pattern(bool overlap = false) {
-  const auto lists = rc::gen::mapcat(rc::gen::tuple(rc::gen::inRange<std::size_t>(1, 4), rc::gen::arbitrary<bool>()),
+  const auto lists = rc::gen::mapcat(rc::gen::tuple(rc::gen::inRange<std::size_t>(1, 5), rc::gen::arbitrary<bool>()),
                                      [overlap](const std::tuple<std::size_t, bool>& t) {
                                        return rc::gen::container<std::vector<std::string>>(std::get<0>(t),
                                                                                              engine_item(std::get<1>(t), overlap));
@@ -99,14 +140,19 @@ inline rc::Gen<std::string> engine_pattern(bool overlap = false) {
   });
 }
 
-// Optional MTP depths for a generated pattern: none half of the time, else 1 or 2 depths of a
-// pattern the executor runs as one layer plan (MLP/MoE last). Symbols of neither attention
-// family, so any main pattern takes them (rule R2).
+// Optional MTP depths for a generated pattern: none half of the time, else 1 to 3 depths of an
+// inner pattern the executor runs as one layer plan: 0-2 pre-layers, then possibly one MLP/MoE
+// terminal (never empty). Symbols of neither attention family, so any main pattern takes them (R2).
 inline rc::Gen<std::string> engine_mtp_suffix() {
-  return rc::gen::weightedOneOf<std::string>(
-      {{4, rc::gen::just(std::string())},
-       {3, rc::gen::element<std::string>("/E", "/ME", "/GE", "/M-", "/-", "/M")},
-       {1, rc::gen::element<std::string>("/E/E", "/ME/ME", "/G-/G-")}});
+  return rc::gen::exec([] {
+    if (*rc::gen::arbitrary<bool>()) return std::string();
+    std::string inner = *rc::gen::container<std::string>(*rc::gen::inRange(0, 3), rc::gen::element('M', 'G'));
+    if (inner.empty() || *rc::gen::arbitrary<bool>()) inner += *rc::gen::element('-', 'E');
+    const int depths = *rc::gen::weightedElement<int>({{4, 1}, {2, 2}, {1, 3}});
+    std::string out;
+    for (int d = 0; d < depths; ++d) out += "/" + inner;
+    return out;
+  });
 }
 
 // Patterns as engine_pattern(false), sometimes with MTP depths: for the properties whose

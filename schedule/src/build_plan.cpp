@@ -168,7 +168,7 @@ class RankBuilder {
     for (const auto& [key, local] : chain_last_) chain_ends.push_back(local);
     std::sort(chain_ends.begin(), chain_ends.end());
     if (!ctx_.megatron_sync()) {
-      end_of_step_all_reduce(chain_ends);
+      end_of_step_all_reduce(chain_ends, buckets, tp_replicated_elements);
       return;
     }
     const OptimizerConfig& o = ctx_.cfg.optimizer;
@@ -515,23 +515,15 @@ class RankBuilder {
     recvs.emplace_back(emit(std::move(n), c), P2pKey{rank_, phase, c.microbatch, c.vp_stage});
   }
 
-  // The end-of-step all-reduce (GradSync::EndOfStep): non-expert gradients over the dense
-  // data-parallel group, expert gradients over the expert data-parallel replicas.
-  void end_of_step_all_reduce(const std::vector<int>& chain_ends) {
+  // The end-of-step all-reduce (GradSync::EndOfStep): this rank's non-expert gradients (its TP
+  // shard of them and the replicated ones, as the buckets count them) over the dense
+  // data-parallel group, its expert gradients over the expert data-parallel replicas, and under
+  // TP the replicated parameters' gradients summed over TP (megatron-parallel.md 2.4).
+  void end_of_step_all_reduce(const std::vector<int>& chain_ends, const std::vector<Bucket>& buckets,
+                              double tp_replicated_elements) {
     double non_expert = 0, expert = 0;
+    for (const Bucket& bk : buckets) (bk.expert ? expert : non_expert) += bk.elements;
     const auto& d = ctx_.dims;
-    const double local_experts = d.num_experts / ctx_.cfg.ep;
-    for (const Chunk& c : ctx_.chunks[static_cast<std::size_t>(coords_.pp)]) {
-      if (c.first) non_expert += embedding_params(d);
-      if (c.last) non_expert += output_params(d);
-      for (const LayerInfo& l : c.layers) {
-        if (l.shape.mtp) non_expert += mtp_extra_params(d);
-        for (char s : l.shape.symbols) {
-          non_expert += non_expert_params(s, d);
-          if (s == 'E') expert += local_experts * expert_params_per_expert(d);
-        }
-      }
-    }
     auto all_reduce = [&](double bytes, Group g, const char* what) {
       const auto& peers = group(g);
       Node n;
@@ -547,6 +539,8 @@ class RankBuilder {
     };
     if (group(Group::Dp).size() > 1 && non_expert > 0) all_reduce(non_expert * d.bytes_per_element, Group::Dp, "non_expert");
     if (group(Group::Edp).size() > 1 && expert > 0) all_reduce(expert * d.bytes_per_element, Group::Edp, "expert");
+    if (ctx_.cfg.tp > 1 && tp_replicated_elements > 0)
+      all_reduce(tp_replicated_elements * d.bytes_per_element, Group::Tp, "tp_replicated");
   }
 
   Node dp_node(Slot s, const Bucket& bk, int index, double bytes) const {
@@ -621,28 +615,6 @@ std::string layer_name(const patterns::Item& item, int logical) {
          std::to_string(item.position) + ")";
 }
 
-// One rank's parameters of one layer: TP-split part / tp + replicated part (dense), local
-// experts / etp (expert); and the replicated part alone (its gradients are summed over TP).
-struct LayerParams {
-  double dense = 0, expert = 0, replicated = 0;
-};
-
-LayerParams rank_layer_params(const LayerShape& shape, const ModelDims& d, const ParallelConfig& cfg) {
-  LayerParams p;
-  if (shape.mtp) {
-    // eh_proj is column-parallel; enorm, hnorm and the final norm are replicated.
-    p.dense += 2.0 * d.hidden * d.hidden / cfg.tp + 3.0 * d.hidden;
-    p.replicated += 3.0 * d.hidden;
-  }
-  for (char s : shape.symbols) {
-    const ParamSplit split = layer_param_split(s, d);
-    p.dense += split.tp_split / cfg.tp + split.replicated;
-    p.replicated += split.replicated;
-    if (s == 'E') p.expert += double(d.num_experts / cfg.ep) * expert_params_per_expert(d) / cfg.etp;
-  }
-  return p;
-}
-
 // Megatron's DDP buckets of one rank (megatron-parallel.md 4.1): parameters in reverse order of
 // registration, a bucket closing once it holds `bucket_elements`; only the first chunk of
 // pipeline rank 0 is cut into buckets (and only with overlap_grad_reduce), every other chunk has
@@ -668,7 +640,7 @@ std::vector<Bucket> rank_buckets(const Context& ctx, int pp_rank, double* tp_rep
       *tp_replicated += d.hidden;
     }
     for (auto it = c.layers.rbegin(); it != c.layers.rend(); ++it) {
-      const LayerParams p = rank_layer_params(it->shape, d, cfg);
+      const RankLayerParams p = rank_layer_params(it->shape.symbols, it->shape.mtp, d, cfg);
       params.emplace_back(it->shape.mtp ? -2 - it->index : it->index, p.dense, p.expert);
       *tp_replicated += p.replicated;
     }
@@ -881,10 +853,9 @@ Plan build_plan(const patterns::ParsedPattern& pattern, const ModelDims& dims,
   // Build every rank from its step list.
   std::vector<std::vector<Bucket>> buckets(static_cast<std::size_t>(config.pp));
   std::vector<double> replicated(static_cast<std::size_t>(config.pp), 0);
-  if (ctx.megatron_sync()) {
-    for (int p = 0; p < config.pp; ++p) buckets[static_cast<std::size_t>(p)] = rank_buckets(ctx, p, &replicated[static_cast<std::size_t>(p)]);
-    check_gradient_transfers(config, options, buckets);
-  }
+  // Every sync mode reduces what the buckets hold: each rank's TP shard of its stage's weights.
+  for (int p = 0; p < config.pp; ++p) buckets[static_cast<std::size_t>(p)] = rank_buckets(ctx, p, &replicated[static_cast<std::size_t>(p)]);
+  if (ctx.megatron_sync()) check_gradient_transfers(config, options, buckets);
   // With ScheduleOptions::fold only representatives are built (fold.hpp): the lowest rank of
   // each pipeline stage, or of each (stage, EP rank) under skewed routing, whose node sequences
   // every other rank of its class repeats with other peers.

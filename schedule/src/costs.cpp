@@ -351,8 +351,9 @@ double non_expert_params(char symbol, const ModelDims& d) {
     case 'G': {
       const double qk = double(d.gdn_qk_heads()) * d.gdn_qk_head_dim();
       const double v = double(d.gdn_num_heads) * d.gdn_head_dim;
+      // The output norm is one value head wide, shared by the heads (megatron-parallel.md 2.3).
       return h * (2 * qk + 2 * v + 2.0 * d.gdn_num_heads) + (2 * qk + v) * d.conv_kernel +
-             2.0 * d.gdn_num_heads + v + v * h + h;
+             2.0 * d.gdn_num_heads + d.gdn_head_dim + v * h + h;
     }
     case '-': return d.ffn_matrices() * h * d.ffn_hidden + h;
     case 'E':

@@ -129,12 +129,9 @@ MemoryBreakdown peak_memory(const patterns::ParsedPattern& pattern, const ModelD
     const double kept = layer_activation_bytes(symbols, mtp, d, cfg, &working);
     layer_bytes[{pp, vp, index, mtp}] = {kept, working};
     if (!weights) return;
-    for (char s : symbols) {
-      const ParamSplit split = layer_param_split(s, d);
-      dense[static_cast<std::size_t>(pp)] += split.tp_split / cfg.tp + split.replicated;
-      if (s == 'E') expert[static_cast<std::size_t>(pp)] += double(d.num_experts / cfg.ep) * expert_params_per_expert(d) / cfg.etp;
-    }
-    if (mtp) dense[static_cast<std::size_t>(pp)] += 2.0 * d.hidden * d.hidden / cfg.tp + 3.0 * d.hidden;
+    const RankLayerParams p = rank_layer_params(symbols, mtp, d, cfg);
+    dense[static_cast<std::size_t>(pp)] += p.dense;
+    expert[static_cast<std::size_t>(pp)] += p.expert;
   };
   int last_pp = 0, last_vp = 0;
   for (const patterns::StageSlice& stage : split_stages(pattern, cfg)) {

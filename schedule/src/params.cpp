@@ -20,10 +20,29 @@ ParamSplit layer_param_split(char symbol, const ModelDims& d) {
       replicated += h * d.q_lora_rank + h * (double(d.kv_lora_rank) + d.mla_rope_head_dim) + h +
                     d.q_lora_rank + d.kv_lora_rank;
       break;
+    case 'G': replicated += d.gdn_head_dim; break;  // the output norm (dv), replicated
     case 'E': replicated += h * d.num_experts + d.shared_expert_gate * h + 2.0 * h * d.moe_latent_size; break;
     default: break;
   }
   return {total - replicated, replicated};
+}
+
+RankLayerParams rank_layer_params(const std::string& symbols, bool mtp, const ModelDims& d, const ParallelConfig& cfg) {
+  RankLayerParams p;
+  if (mtp) {
+    // eh_proj is column-parallel; enorm, hnorm and the final norm are replicated.
+    p.dense += 2.0 * d.hidden * d.hidden / cfg.tp + 3.0 * d.hidden;
+    p.replicated += 3.0 * d.hidden;
+  }
+  for (char s : symbols) {
+    const ParamSplit split = layer_param_split(s, d);
+    p.dense += split.tp_split / cfg.tp + split.replicated;
+    if ((s == '*' || s == 'W') && d.num_kv_heads < cfg.tp)  // one KV group per rank, not kv / tp
+      p.dense += 2.0 * d.hidden * d.head_dim * (1.0 - double(d.num_kv_heads) / cfg.tp);
+    p.replicated += split.replicated;
+    if (s == 'E') p.expert += double(d.num_experts / cfg.ep) * expert_params_per_expert(d) / cfg.etp;
+  }
+  return p;
 }
 
 ModelParams count_params(const patterns::ParsedPattern& pattern, const ModelDims& d) {

@@ -3,11 +3,17 @@
 // collective's members are exactly one instance of its process group (the grid formulas, written
 // again in group_members and checked against the rank coordinates here), the work is conserved
 // (tensor and context parallelism split it, never add or drop any: total compute FLOPs equal the
-// tp = cp = 1 plan's), and tp = cp = 1 plans keep one node per compute slot and phase.
+// tp = cp = 1 plan's), tp = cp = 1 plans keep one node per compute slot and phase, and the
+// collectives of gradient sync, the optimizer, TP/SP and expert TP carry what a parameter and
+// token count written here from megatron-parallel.md gives.
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <sstream>
+#include <string>
 #include <tuple>
 
+#include "ht/patterns/pipeline.hpp"
 #include "ht/schedule/build.hpp"
 #include "ht/schedule/check.hpp"
 #include "ht/verify/layout_gen.hpp"
@@ -22,8 +28,8 @@ using schedule::Phase;
 using schedule::Plan;
 using schedule::Slot;
 
-Case layout_json(const gen::PlanCase& c) {
-  Case j = plan_case_json(c, false);
+Case layout_json(const gen::PlanCase& c, bool shared_expert) {
+  Case j = plan_case_json(c, shared_expert);
   const auto& p = c.config;
   j["tp"] = p.tp;
   j["cp"] = p.cp;
@@ -54,7 +60,9 @@ PlanInput layout_input(const Case& c) {
 
 CaseSource layout_cases(const FuzzContext& ctx) {
   if (ctx.pattern) return {std::nullopt, "layout properties generate their own patterns"};
-  return {rc::gen::map(gen::layout_case(), layout_json), ""};
+  return {rc::gen::map(rc::gen::tuple(gen::layout_case(), rc::gen::arbitrary<bool>()),
+                       [](const std::tuple<gen::PlanCase, bool>& t) { return layout_json(std::get<0>(t), std::get<1>(t)); }),
+          ""};
 }
 
 Plan build(const PlanInput& in) { return schedule::build_plan(in.pattern, in.dims, in.config, in.options); }
@@ -123,6 +131,9 @@ double step_flops(const Plan& plan) {
 void check_conserves_work(const Case& c) {
   PlanInput in = layout_input(c);
   in.options.routing_skew = 0;  // skew moves expert work between ranks; its total is the same
+  // With fewer KV heads than TP ranks each rank projects a whole KV group (megatron-parallel.md
+  // 2.3): real extra work, so the split is compared where the heads divide.
+  in.config.tp = std::min(in.config.tp, in.dims.num_kv_heads);
   const double split = step_flops(build(in));
   PlanInput one = in;
   one.config.tp = one.config.cp = one.config.etp = 1;
@@ -150,6 +161,201 @@ void check_one_node_per_slot(const Case& c) {
     if (k != 1) fail("a tp = cp = 1 plan splits a compute slot into " + std::to_string(k) + " nodes");
 }
 
+// ---- collective sizes against a parameter and token count written here ----------------------
+
+// One rank's parameters, counted from the tables of megatron-parallel.md 2.3, 2.4 and 9 rather
+// than from the schedule's params.cpp: TP-sharded weights divided by tp; replicated ones whole
+// (their gradients are also summed over TP, 2.4); routed experts E / ep per rank, each / etp.
+struct RankParams {
+  double dense = 0, replicated = 0, expert = 0;
+};
+
+void count_block(char s, const schedule::ModelDims& d, const schedule::ParallelConfig& cfg, RankParams& p) {
+  const double h = d.hidden, t = cfg.tp;
+  auto shard = [&](double n) { p.dense += n / t; };
+  auto whole = [&](double n) {
+    p.dense += n;
+    p.replicated += n;
+  };
+  whole(h);  // the block's input norm (fused into its first linear, or its own module)
+  switch (s) {
+    case '*': {
+      // With fewer KV groups than TP ranks, TE is told g = t: one KV group per rank.
+      const double g = std::max(d.num_kv_heads, cfg.tp);
+      shard(h * (d.num_heads + 2.0 * g) * d.head_dim);
+      shard(double(d.num_heads) * d.head_dim * h);
+      break;
+    }
+    case 'M': {
+      const double di = double(d.mamba_num_heads) * d.mamba_head_dim, gn = 2.0 * d.mamba_groups * d.mamba_state;
+      shard(h * (2 * di + gn + d.mamba_num_heads));  // in_proj: z, x, B, C, dt
+      shard((di + gn) * d.conv_kernel);              // depthwise conv1d
+      shard(3.0 * d.mamba_num_heads);                // A_log, D, dt_bias
+      shard(di);                                     // gated RMSNorm
+      shard(di * h);                                 // out_proj
+      break;
+    }
+    case 'G': {
+      const double qk = double(d.gdn_qk_heads()) * d.gdn_qk_head_dim(), v = double(d.gdn_num_heads) * d.gdn_head_dim;
+      shard(h * (2 * qk + 2 * v + 2.0 * d.gdn_num_heads));  // in_proj: q, k, v, z, beta, alpha
+      shard((2 * qk + v) * d.conv_kernel);
+      shard(2.0 * d.gdn_num_heads);  // A_log, dt_bias
+      whole(d.gdn_head_dim);         // the output norm, one head's width, shared by the heads
+      shard(v * h);
+      break;
+    }
+    case '-':
+      shard(2.0 * h * d.ffn_hidden);
+      shard(double(d.ffn_hidden) * h);
+      break;
+    case 'E':
+      whole(h * d.num_experts);  // router
+      if (d.shared_expert_ffn > 0) {
+        shard(2.0 * h * d.shared_expert_ffn);
+        shard(double(d.shared_expert_ffn) * h);
+      }
+      p.expert += double(d.num_experts / cfg.ep) * (2.0 * h * d.moe_ffn_hidden + double(d.moe_ffn_hidden) * h) / cfg.etp;
+      break;
+    default: fail(std::string("no parameter count here for '") + s + "'");
+  }
+}
+
+RankParams rank_params(const PlanInput& in, int pp_rank) {
+  const auto& d = in.dims;
+  const auto& cfg = in.config;
+  patterns::PipelineConfig pc;
+  pc.pp = cfg.pp;
+  if (cfg.vpp > 0) pc.vpp = cfg.vpp;
+  const auto stages = patterns::allocate_stages(in.pattern, pc);
+  RankParams p;
+  const double h = d.hidden, vocab = double(d.vocab) * h / cfg.tp;
+  for (std::size_t si = 0; si < stages.size(); ++si) {
+    if (stages[si].pp_rank != pp_rank) continue;
+    if (si == 0) p.dense += vocab;  // embedding
+    for (const auto& item : stages[si].items)
+      for (char s : item.symbols) count_block(s, d, cfg, p);
+    if (si + 1 == stages.size()) {
+      p.dense += vocab + h;  // output layer and final norm
+      p.replicated += h;
+      for (int k = 0; k < in.pattern.mtp_depths; ++k) {
+        p.dense += 2.0 * h * h / cfg.tp + 3.0 * h;  // eh_proj (column-parallel); enorm, hnorm, final norm
+        p.replicated += 3.0 * h;
+        for (char s : in.pattern.mtp) count_block(s, d, cfg, p);
+      }
+    }
+  }
+  return p;
+}
+
+bool near(double a, double b) { return std::abs(a - b) <= 1e-9 * std::max({1.0, std::abs(a), std::abs(b)}); }
+
+std::string num(double v) {
+  std::ostringstream o;
+  o.precision(12);
+  o << v;
+  return o.str();
+}
+
+// Every gradient reduction, parameter gather and optimizer step of every rank against the
+// parameter count above: the end-of-step all-reduces (bf16 gradients, 2B/n to each of the n-1
+// peers), or Megatron's buckets (fp32 gradients; all-reduce 2B/n, reduce-scatter B/n per peer),
+// the all-reduce of the replicated gradients over TP, the distributed optimizer's bf16 gathers
+// and an optimizer step over the rank's (shard of the) parameters; the dense group has dp x cp
+// ranks, the expert group tp x cp x dp / (ep x etp). TP/SP gathers and scatters move a block's
+// hidden-wide activations of the rank's tokens (micro_batch x seq_len / (tp x cp)), the heads
+// (loss, MTP depths) as many times as there are; expert-TP gathers and scatters move the rows
+// the rank received (balanced routing: its tokens x top_k), and a balanced all-to-all 1/ep of
+// the rank's tokens x top_k routed copies to each EP peer.
+void check_layout_bytes(const Case& c) {
+  const PlanInput in = layout_input(c);
+  const Plan plan = build(in);
+  const auto& d = in.dims;
+  const auto& cfg = in.config;
+  const auto& opt = cfg.optimizer;
+  const bool megatron = opt.sync == schedule::GradSync::Megatron;
+  const double dp_group = double(cfg.dp) * cfg.cp, edp_group = double(cfg.stage_ranks()) / (cfg.ep * cfg.etp);
+  const double owned = double(d.micro_batch) * d.seq_len / (double(cfg.tp) * cfg.cp);
+  const double activations = owned * d.hidden * d.bytes_per_element;
+  std::map<int, RankParams> counted;
+  for (int pp = 0; pp < cfg.pp; ++pp) counted[pp] = rank_params(in, pp);
+
+  struct Seen {
+    double dense = 0, expert = 0, replicated = 0, gather_dense = 0, gather_expert = 0, step_flops = -1;
+  };
+  std::map<int, Seen> seen;
+  for (const Node& n : plan.nodes) {
+    Seen& s = seen[n.rank];
+    const std::string where = "rank " + std::to_string(n.rank) + " '" + n.label() + "'";
+    auto per_peer = [&](double each, std::size_t peers, const std::string& what) {
+      if (n.sends.size() != peers)
+        fail(where + " sends to " + std::to_string(n.sends.size()) + " peers, " + what + " has " + std::to_string(peers));
+      for (const auto& t : n.sends)
+        if (!near(t.bytes, each)) fail(where + " sends " + num(t.bytes) + " bytes to a peer, " + what + " gives " + num(each));
+    };
+    if (n.slot == Slot::GradAllReduce) {
+      const bool expert = n.symbols == "expert", replicated = n.symbols == "tp_replicated";
+      const double group = replicated ? cfg.tp : expert ? edp_group : dp_group;
+      const double elements = n.mem_bytes / (megatron ? 4.0 : d.bytes_per_element);
+      (replicated ? s.replicated : expert ? s.expert : s.dense) += elements;
+      const bool scatter = megatron && opt.distributed && !replicated;
+      per_peer((scatter ? 1.0 : 2.0) * n.mem_bytes / group, static_cast<std::size_t>(group) - 1,
+               scatter ? "a reduce-scatter over its group" : "an all-reduce over its group");
+    } else if (n.slot == Slot::ParamGather) {
+      const bool expert = n.symbols == "expert";
+      (expert ? s.gather_expert : s.gather_dense) += n.mem_bytes / 2.0;
+      const double group = expert ? edp_group : dp_group;
+      per_peer(n.mem_bytes / group, static_cast<std::size_t>(group) - 1, "an all-gather of bf16 parameters");
+    } else if (n.slot == Slot::OptimizerStep) {
+      s.step_flops = n.flops;
+    } else if (n.part == schedule::Part::TpGather || n.part == schedule::Part::TpScatter) {
+      // Widths in hidden units. The heads: one per prediction depth. An MTP depth's input
+      // ('m', forward): the embedding's reduce-scatter (h), then the gathers of eh_proj's 2h
+      // input and of its output's last dimension (h); its backward lumps the reference's
+      // gathers and scatters differently and is not checked here.
+      const bool gather = n.part == schedule::Part::TpGather;
+      double width = 1.0;
+      if (n.symbols == "o") width = n.slot == Slot::PostProcess ? 1.0 + in.pattern.mtp_depths : 1.0;
+      if (n.symbols == "m") {
+        if (n.phase != Phase::Forward) continue;
+        width = gather ? 3.0 : 1.0;
+      }
+      per_peer(width * activations, static_cast<std::size_t>(cfg.tp) - 1,
+               "a TP/SP collective of its block's activations");
+    } else if (n.part == schedule::Part::Main && n.stream == schedule::Stream::Comm &&
+               (n.slot == Slot::Dispatch || n.slot == Slot::Combine) &&
+               in.options.routing_skew == 0.0) {
+      // Balanced routing: the rank's tokens x top_k routed copies, 1/ep of them to each peer.
+      per_peer(owned * d.top_k * d.hidden * d.bytes_per_element / cfg.ep, static_cast<std::size_t>(cfg.ep) - 1,
+               "a balanced all-to-all of the rank's routed copies");
+    } else if ((n.part == schedule::Part::EtpGather || n.part == schedule::Part::EtpScatter) &&
+               in.options.routing_skew == 0.0) {
+      per_peer(owned * d.top_k * d.hidden * d.bytes_per_element, static_cast<std::size_t>(cfg.etp) - 1,
+               "an expert-TP collective of the rows the rank received");
+    }
+  }
+  for (int rank = 0; rank < cfg.global_ranks(); ++rank) {
+    const RankParams& want = counted.at(schedule::rank_coords(cfg, rank).pp);
+    const Seen& got = seen[rank];
+    const std::string who = "rank " + std::to_string(rank) + ": ";
+    auto expect_eq = [&](double g, double w, const std::string& what) {
+      if (!near(g, w)) fail(who + what + " " + num(g) + " elements, the parameter count gives " + num(w));
+    };
+    // A group of one rank has nothing to reduce or gather.
+    expect_eq(got.dense, dp_group > 1 ? want.dense : 0.0, "reduces dense gradients of");
+    expect_eq(got.expert, edp_group > 1 ? want.expert : 0.0, "reduces expert gradients of");
+    expect_eq(got.replicated, cfg.tp > 1 ? want.replicated : 0.0, "sums replicated gradients over TP of");
+    if (megatron && opt.distributed) {
+      expect_eq(got.gather_dense, dp_group > 1 ? want.dense : 0.0, "gathers dense parameters of");
+      expect_eq(got.gather_expert, edp_group > 1 ? want.expert : 0.0, "gathers expert parameters of");
+    }
+    if (megatron) {
+      const double shard_dense = opt.distributed ? dp_group : 1.0, shard_expert = opt.distributed ? edp_group : 1.0;
+      expect_eq(got.step_flops / 12.0, want.dense / shard_dense + want.expert / shard_expert,
+                "updates (optimizer step FLOPs / 12)");
+    }
+  }
+}
+
 Property make(std::string name, std::string summary, void (*check)(const Case&)) {
   return Property{std::move(name), "plan", std::move(summary), layout_cases, check};
 }
@@ -163,6 +369,10 @@ void add_layout_properties(std::vector<Property>& out) {
   out.push_back(make("plan.layout_conserves_work",
                      "tensor and context parallelism split the step's compute FLOPs without changing their total",
                      check_conserves_work));
+  out.push_back(make("plan.layout_collective_bytes",
+                     "gradient reductions, parameter gathers, the optimizer step, TP/SP and expert-TP collectives "
+                     "carry what a parameter and token count written in the test gives",
+                     check_layout_bytes));
   out.push_back(make("plan.layout_tp1_unchanged",
                      "tp = cp = 1 plans have no TP/CP collectives and one node per compute slot and phase",
                      check_one_node_per_slot));

@@ -4,6 +4,8 @@
 // counts its norm, router, shared expert and routed experts).
 #pragma once
 
+#include <string>
+
 #include "ht/patterns/pattern.hpp"
 #include "ht/schedule/config.hpp"
 
@@ -17,6 +19,16 @@ struct ParamSplit {
   double total() const { return tp_split + replicated; }
 };
 ParamSplit layer_param_split(char symbol, const ModelDims& dims);
+
+// One rank's weights of one layer (its symbols; `mtp`: an MTP depth, whose eh_proj and norms
+// count too): TP-split part / tp + replicated part (dense; with fewer KV heads than TP ranks
+// every rank holds one KV group, megatron-parallel.md 2.3), local experts / etp (expert); and
+// the replicated part alone (its gradients are summed over TP, 2.4).
+struct RankLayerParams {
+  double dense = 0, expert = 0, replicated = 0;
+};
+RankLayerParams rank_layer_params(const std::string& symbols, bool mtp, const ModelDims& dims,
+                                  const ParallelConfig& cfg);
 
 struct ModelParams {
   double total = 0;      // every weight: embedding, output layer (unless tied), layers, MTP depths

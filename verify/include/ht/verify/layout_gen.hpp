@@ -1,10 +1,12 @@
 // rapidcheck generators of Megatron layouts on top of a plan case (plan_gen.hpp): tensor and
-// context parallelism (sizes 1 or 2, which every tiny model divides), expert tensor parallelism,
+// context parallelism (tp 1, 2 or 4, cp 1 or 2), expert tensor parallelism,
 // Megatron's gradient sync with or without the distributed optimizer and its overlaps, and
 // recomputation within Megatron's rules (full and `moe` only without the EP overlap).
 #pragma once
 
 #include <rapidcheck.h>
+
+#include <string>
 
 #include "ht/schedule/config.hpp"
 #include "ht/verify/plan_gen.hpp"
@@ -15,8 +17,12 @@ inline rc::Gen<PlanCase> layout_case() {
   return rc::gen::exec([] {
     PlanCase c = *plan_case();
     schedule::ParallelConfig& p = c.config;
-    p.tp = *rc::gen::element(1, 2);
     p.cp = *rc::gen::element(1, 2);
+    // tp 4 exceeds the tiny models' two KV heads (one KV group per rank, megatron-parallel.md
+    // 2.3); not with 'M' (its two B/C groups must divide tp) nor with 'G' under CP (its four
+    // heads must divide tp x cp).
+    const bool tp4 = c.pattern.find('M') == std::string::npos && (p.cp == 1 || c.pattern.find('G') == std::string::npos);
+    p.tp = tp4 ? *rc::gen::element(1, 2, 2, 4) : *rc::gen::element(1, 2);
     // ep divides dp already; etp 2 when ep x 2 still divides tp x cp x dp.
     if (p.stage_ranks() % (p.ep * 2) == 0 && *rc::gen::arbitrary<bool>()) p.etp = 2;
     if (*rc::gen::arbitrary<bool>()) {

@@ -88,10 +88,14 @@ int main(int argc, char** argv) {
   bool check = false, ok = !args.empty();
   for (std::size_t i = 1; ok && i < args.size(); ++i) {
     if (args[i] == "--cases" && i + 1 < args.size()) {
-      cases = std::stoi(args[++i]);
-      ok = cases > 0 && cases <= 1000;
+      const std::string& v = args[++i];
+      ok = !v.empty() && v.size() <= 4 && v.find_first_not_of("0123456789") == std::string::npos;
+      cases = ok ? std::stoi(v) : 0;
+      ok = ok && cases > 0 && cases <= 1000;
     } else if (args[i] == "--seed" && i + 1 < args.size()) {
-      seed = std::stoull(args[++i]);
+      const std::string& v = args[++i];
+      ok = !v.empty() && v.size() <= 19 && v.find_first_not_of("0123456789") == std::string::npos;
+      if (ok) seed = std::stoull(v);
     } else if (args[i] == "--check" && i + 2 < args.size()) {
       check = true;
       python = args[i + 1];

@@ -345,7 +345,8 @@ double non_expert_params(char symbol, const ModelDims& d) {
     case 'M': {
       const double inner = double(d.mamba_num_heads) * d.mamba_head_dim;
       const double bc = 2.0 * d.mamba_groups * d.mamba_state;
-      return h * (2 * inner + bc + d.mamba_num_heads) + (inner + bc) * d.conv_kernel +
+      // The depthwise conv1d has a bias (megatron-parallel.md 8.1: (di + 2Gn)(K + 1)).
+      return h * (2 * inner + bc + d.mamba_num_heads) + (inner + bc) * (d.conv_kernel + 1.0) +
              3.0 * d.mamba_num_heads + inner + inner * h + h;
     }
     case 'G': {

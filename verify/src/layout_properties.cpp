@@ -189,7 +189,7 @@ void count_block(char s, const schedule::ModelDims& d, const schedule::ParallelC
     case 'M': {
       const double di = double(d.mamba_num_heads) * d.mamba_head_dim, gn = 2.0 * d.mamba_groups * d.mamba_state;
       shard(h * (2 * di + gn + d.mamba_num_heads));  // in_proj: z, x, B, C, dt
-      shard((di + gn) * d.conv_kernel);              // depthwise conv1d
+      shard((di + gn) * (d.conv_kernel + 1.0));      // depthwise conv1d and its bias (8.1)
       shard(3.0 * d.mamba_num_heads);                // A_log, D, dt_bias
       shard(di);                                     // gated RMSNorm
       shard(di * h);                                 // out_proj
@@ -264,8 +264,9 @@ std::string num(double v) {
 // ranks, the expert group tp x cp x dp / (ep x etp). TP/SP gathers and scatters move a block's
 // hidden-wide activations of the rank's tokens (micro_batch x seq_len / (tp x cp)), the heads
 // (loss, MTP depths) as many times as there are; expert-TP gathers and scatters move the rows
-// the rank received (balanced routing: its tokens x top_k), and a balanced all-to-all 1/ep of
-// the rank's tokens x top_k routed copies to each EP peer.
+// the rank received (balanced routing: its tokens x top_k), a balanced all-to-all 1/ep of the
+// rank's tokens x top_k routed copies to each EP peer, and CP's head-parallel all-to-alls and
+// ring attention what megatron-parallel.md 3.2-3.4 gives.
 void check_layout_bytes(const Case& c) {
   const PlanInput in = layout_input(c);
   const Plan plan = build(in);
@@ -321,6 +322,32 @@ void check_layout_bytes(const Case& c) {
       }
       per_peer(width * activations, static_cast<std::size_t>(cfg.tp) - 1,
                "a TP/SP collective of its block's activations");
+    } else if (n.part == schedule::Part::CpExchange) {
+      // Head-parallel all-to-alls (3.3, 3.4) of the CP shard's N = micro_batch x seq_len / cp
+      // tokens, each keeping 1/cp of its tensor: Mamba's z, x, B, C (B/C group states repeated
+      // r = cp / (G/tp) times when G/tp < cp), dt and y back; GDN's fused in_proj output and y.
+      const double n_cp = double(d.micro_batch) * d.seq_len / cfg.cp, t = cfg.tp;
+      double width = 0;
+      if (n.symbols == "M") {
+        const double di = double(d.mamba_num_heads) * d.mamba_head_dim / t, g = d.mamba_groups / t;
+        const double r = g < cfg.cp ? cfg.cp / g : 1.0;
+        width = 2 * di + 2 * r * g * d.mamba_state + d.mamba_num_heads / t + di;
+      } else if (n.symbols == "G") {
+        const double qk = double(d.gdn_qk_heads()) * d.gdn_qk_head_dim() / t, v = double(d.gdn_num_heads) * d.gdn_head_dim / t;
+        width = 2 * qk + 2 * v + 2.0 * d.gdn_num_heads / t + v;
+      } else {
+        fail(where + ": a CP all-to-all of a block that has none");
+      }
+      per_peer(n_cp * width * d.bytes_per_element / cfg.cp, static_cast<std::size_t>(cfg.cp) - 1,
+               "a head-parallel CP all-to-all");
+    } else if (n.part == schedule::Part::Main && n.stream == schedule::Stream::Compute && n.symbols == "*" &&
+               cfg.cp > 1 && (n.phase == Phase::Forward || n.phase == Phase::Backward)) {
+      // Ring attention (3.2, p2p): K and V of the CP shard, K = (s/c) b g_t d elements each with
+      // g_t = max(1, g/t), sent c - 1 times to the next rank; the backward sends dKV as well.
+      const double g_t = std::max(1.0, double(d.num_kv_heads) / cfg.tp);
+      const double kv = 2.0 * double(d.micro_batch) * d.seq_len / cfg.cp * g_t * d.head_dim;
+      per_peer((n.phase == Phase::Backward ? 2.0 : 1.0) * (cfg.cp - 1) * kv * d.bytes_per_element, 1,
+               "ring attention's key/value blocks");
     } else if (n.part == schedule::Part::Main && n.stream == schedule::Stream::Comm &&
                (n.slot == Slot::Dispatch || n.slot == Slot::Combine) &&
                in.options.routing_skew == 0.0) {

@@ -117,7 +117,6 @@ class Model:
         fn = {"M": layers.mamba2, "G": layers.gdn, "*": layers.attention, "W": layers.attention, "+": layers.mla,
               "-": layers.mlp, "E": layers.moe}[symbol]
         out, scalars = fn(Pm, x, self.cfg, meta)
-        self.router_loss = self.router_loss + sum(scalars.get(k, 0.0) for k in ("aux_loss", "z_loss"))
         self.aux = self.aux + scalars.get("aux_loss", 0.0)
         self.z = self.z + scalars.get("z_loss", 0.0)
         return h + out if residual else out
@@ -129,7 +128,7 @@ class Model:
         cfg = self.cfg
         eps = cfg["norm_eps"]
         tokens, targets = tokens.long(), targets.long()
-        self.router_loss = self.aux = self.z = 0.0
+        self.aux = self.z = 0.0
         wte = self.take("embedding.word_embeddings.weight")
         out_w = self.take("output_layer.weight")
         h = wte[tokens]
@@ -165,7 +164,7 @@ class Model:
             prev = hout
         losses["aux"] = self.aux if torch.is_tensor(self.aux) else torch.zeros((), dtype=h.dtype)
         losses["z"] = self.z if torch.is_tensor(self.z) else torch.zeros((), dtype=h.dtype)
-        losses["total"] = sum(v for k, v in losses.items() if k not in ("aux", "z")) + self.router_loss
+        losses["total"] = sum(losses.values())
         unclaimed = sorted(set(self.P) - self.claimed)
         if unclaimed:
             raise OracleError(f"the engine has parameters the pattern does not call for: {unclaimed[:4]}")

@@ -51,6 +51,7 @@ struct SearchArgs {
   std::vector<std::string> overlap{"off", "on"};
   bool json_out = false, no_prune = false;
   std::string emit_jobs, jobs_dir = "search-results", bin = "hybrid-twin";
+  PhysicsFlags physics;
 };
 
 // The setup of one candidate; throws ScheduleError naming the rule it breaks.
@@ -73,6 +74,8 @@ Setup setup_of(const Setup& base, const SearchArgs& a, const Candidate& c) {
   s.options.overlap = c.overlap;
   s.options.delay_wgrad = c.overlap;
   s.options.fold = true;
+  a.physics.apply(s.options);
+  s.options.nvlink_domain = s.platform.gpus_per_node;
   return s;
 }
 
@@ -130,14 +133,31 @@ nlohmann::json assess(const Setup& base, const SearchArgs& a, const Candidate& c
       if (n.stream == hs::Stream::Compute && n.part != hs::Part::TpGather && n.part != hs::Part::TpScatter &&
           n.part != hs::Part::CpExchange) {
         const hs::Work* work = n.work >= 0 ? &plan.works[static_cast<std::size_t>(n.work)] : nullptr;
-        cost = s.costs.compute_seconds(n, s.platform.gpu, work, plan.delay_wgrad);
+        cost = s.costs.compute_seconds(n, s.platform.gpu, work, plan.delay_wgrad, plan.cuda_graphs);
       }
       if (!n.sends.empty()) {
-        // A transfer takes at least its bytes over the sender's own port, uncontended.
+        // A transfer takes at least its bytes over the sender's own port, uncontended; a ring
+        // collective's volume splits over NVLink and the NIC as the replay's rings do.
         const int me = plan.original_rank(n.rank), per_node = std::max(1, s.platform.gpus_per_node);
         double intra = 0, inter = 0;
         for (const auto& t : n.sends)
           if (t.peer != me) (t.peer / per_node == me / per_node ? intra : inter) += t.bytes;
+        const hs::Collective* col = n.collective >= 0 ? &plan.collectives[static_cast<std::size_t>(n.collective)] : nullptr;
+        if (col != nullptr && (col->kind == hs::CollectiveKind::AllReduce || col->kind == hs::CollectiveKind::AllGather ||
+                               col->kind == hs::CollectiveKind::ReduceScatter)) {
+          std::vector<int> members = col->ranks;
+          if (members.empty())
+            for (int id2 : col->nodes) members.push_back(plan.original_rank(plan.node(id2).rank));
+          double local = 0;
+          bool spans = false;
+          for (int r : members) {
+            local += r / per_node == me / per_node;
+            spans = spans || r / per_node != me / per_node;
+          }
+          const double volume = intra + inter;
+          inter = spans ? volume / local : 0;
+          intra = volume - inter;
+        }
         cost = std::max({cost, intra / s.platform.nvlink_effective(), inter / s.platform.nic_effective()});
       }
       finish[static_cast<std::size_t>(id)] = start + cost;
@@ -234,7 +254,8 @@ std::string job_command(const SearchArgs& a, const Setup& base, const Candidate&
   o << " --platform '" << a.platform << "' --gpus " << a.gpus << " --gbs " << a.gbs << " --tp " << c.tp << " --cp "
     << c.cp << " --pp " << c.pp << " --vpp " << c.vpp << " --ep " << c.ep << " --etp " << c.etp << " --mbs " << c.mbs
     << " --recompute " << (c.recompute == "none" ? "none" : c.recompute) << (c.overlap ? " --overlap" : " --no-overlap")
-    << " --json > '" << out << "'";
+    << " --moe-dispatcher " << a.physics.dispatcher << " --routing " << a.physics.routing << " --precision "
+    << a.physics.precision << (a.physics.tp_comm_overlap ? " --tp-comm-overlap" : "") << " --json > '" << out << "'";
   return o.str();
 }
 
@@ -419,6 +440,7 @@ const Registration search_reg{{
       sub.add_flag("--json", a->json_out,
                    "print the ranked results (simulate --json objects with the lower bound bound_s) and the counts as JSON");
       sub.add_flag("--no-prune", a->no_prune, "simulate every layout that passes the rules and fits (no lower-bound pruning)");
+      add_physics_flags(sub, a->physics);
       const char* space = "Search space";
       sub.add_option("--tp-list", a->tp, "tensor-parallel sizes")->delimiter(',')->capture_default_str()->group(space);
       sub.add_option("--cp-list", a->cp, "context-parallel sizes")->delimiter(',')->capture_default_str()->group(space);

@@ -39,6 +39,7 @@ struct SimulateArgs {
   ModelFlags model;
   LayoutFlags layout;
   ScheduleFlags schedule;
+  PhysicsFlags physics;
   std::string platform = "dgx-h100";
   std::string costs_file;
   std::vector<std::string> cost_overrides;
@@ -355,6 +356,8 @@ int run(const SimulateArgs& a) {
   s.parallel = a.layout.resolve(s.dims);
   s.options = a.schedule.resolve(s.parallel, ht::patterns::parse(s.pattern).mtp_depths);
   s.platform = sim::parse_platform(a.platform);
+  a.physics.apply(s.options);
+  s.options.nvlink_domain = s.platform.gpus_per_node;
   if (!a.costs_file.empty()) s.costs = sim::load_costs_file(a.costs_file);
   for (const auto& kv : a.cost_overrides) {
     const auto eq = kv.find('=');
@@ -401,6 +404,7 @@ const Registration reg{{
       add_model_flags(sub, a->model);
       add_layout_flags(sub, a->layout);
       add_schedule_flags(sub, a->schedule);
+      add_physics_flags(sub, a->physics);
       const char* twin = "Twin";
       sub.add_option("--platform", a->platform,
                      "PRESET[:key=value,...] (presets dgx-h100, dgx-h200, dgx-b200, gb200-nvl72) or FILE.xml[:key=value,...]; keys: "

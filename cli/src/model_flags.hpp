@@ -149,6 +149,48 @@ inline void add_layout_flags(CLI::App& sub, LayoutFlags& f) {
       ->check(CLI::NonNegativeNumber)->group(train);
 }
 
+// The physics of a real Megatron step that shapes the twin's plan (config.hpp): the MoE
+// dispatcher, the router's expected load on the busiest EP rank, TP communication overlap and the
+// GEMM number format. Defaults are the twin's: a router trained with a load-balancing loss.
+struct PhysicsFlags {
+  std::string dispatcher = "alltoall";
+  std::string routing = "aux-loss";
+  std::string precision = "bf16";
+  bool tp_comm_overlap = false;
+
+  void apply(schedule::ScheduleOptions& o) const {
+    o.dispatcher = *schedule::dispatcher_from_string(dispatcher);
+    o.routing = *schedule::routing_from_string(routing);
+    o.precision = *schedule::precision_from_string(precision);
+    o.tp_comm_overlap = tp_comm_overlap;
+  }
+};
+
+inline void add_physics_flags(CLI::App& sub, PhysicsFlags& f) {
+  const char* group = "Step physics (Megatron options)";
+  sub.add_option("--moe-dispatcher", f.dispatcher,
+                 "MoE token dispatcher: alltoall, allgather, deepep (flex, DeepEP: one copy per destination rank "
+                 "and node, 20 SMs) or hybridep (flex, HybridEP: 8 SMs)")
+      ->check(CLI::IsMember({"alltoall", "allgather", "deepep", "hybridep"}))
+      ->capture_default_str()
+      ->group(group);
+  sub.add_option("--routing", f.routing,
+                 "expert load of the busiest EP rank: aux-loss (a router trained with a balancing loss), "
+                 "force-balance (--moe-router-force-load-balancing: uniform random top-k) or mean (every rank "
+                 "exactly the mean, as the engines' plans)")
+      ->check(CLI::IsMember({"aux-loss", "force-balance", "mean"}))
+      ->capture_default_str()
+      ->group(group);
+  sub.add_flag("--tp-comm-overlap", f.tp_comm_overlap,
+               "TP communication overlap (Transformer Engine userbuffers): TP all-gathers and reduce-scatters "
+               "run beside the GEMMs that consume or produce them")
+      ->group(group);
+  sub.add_option("--precision", f.precision, "GEMM number format: bf16, fp8 (Hopper/Blackwell) or mxfp8 (Blackwell)")
+      ->check(CLI::IsMember({"bf16", "fp8", "mxfp8"}))
+      ->capture_default_str()
+      ->group(group);
+}
+
 // Schedule switches. Overlap and delayed weight gradients default to on whenever ep > 1 (the
 // overlap needs expert parallelism), and can be forced either way.
 struct ScheduleFlags {

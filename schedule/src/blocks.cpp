@@ -49,7 +49,7 @@ Block layer_block(char c, const ModelDims& d, const Shard& sh) {
 }  // namespace
 
 std::vector<Block> slot_blocks(const LayerShape& shape, Slot slot, const ModelDims& d, int ep, int ep_rank,
-                               double routing_skew, const Shard& sh) {
+                               const MoeRoute& route, const Shard& sh) {
   std::vector<Block> out;
   if (!shape.has_slot(slot)) return out;
   switch (slot) {
@@ -67,7 +67,7 @@ std::vector<Block> slot_blocks(const LayerShape& shape, Slot slot, const ModelDi
       if (shape.moe()) {
         Block r;
         r.symbol = 'r';
-        r.work = moe_router_work(d, sh);
+        r.work = moe_router_work(d, sh, route);
         out.push_back(std::move(r));
         if (d.shared_expert_ffn > 0) {
           Block s;
@@ -85,7 +85,7 @@ std::vector<Block> slot_blocks(const LayerShape& shape, Slot slot, const ModelDi
       if (shape.moe()) {
         Block x;
         x.symbol = 'x';
-        x.work = expert_work(d, routed_copies(d, ep, ep_rank, routing_skew, sh), d.num_experts / ep, sh);
+        x.work = expert_work(d, routed_copies(d, ep, ep_rank, route, sh), d.num_experts / ep, sh, route);
         out.push_back(std::move(x));
       }
       break;

@@ -26,7 +26,7 @@ struct Block {
 
 // Blocks of a compute slot (pre_dispatch, mlp, mtp_post) of `shape` for one rank.
 std::vector<Block> slot_blocks(const LayerShape& shape, Slot slot, const ModelDims& dims, int ep, int ep_rank,
-                               double routing_skew, const Shard& shard);
+                               const MoeRoute& route, const Shard& shard);
 
 // Forward work a selective recomputation module replays for a block (empty when it does not
 // apply): the core attention of '*'/'W', the norm of 'r' and of an MLA '+', the experts'

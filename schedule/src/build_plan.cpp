@@ -79,6 +79,7 @@ struct Context {
   std::vector<std::vector<Chunk>> chunks;  // [pp_rank][vp_stage]
   Shard shard;
   WorkTable* works = nullptr;
+  MoeRoute route;  // skew, the busiest rank's load, the dispatcher
   bool blocks() const { return cfg.tp > 1 || cfg.cp > 1; }
   bool megatron_sync() const { return cfg.optimizer.sync == GradSync::Megatron; }
 };
@@ -303,7 +304,7 @@ class RankBuilder {
   }
 
   std::vector<Block> slot_blocks(const LayerInfo& l, Slot s) const {
-    return detail::slot_blocks(l.shape, s, ctx_.dims, ctx_.cfg.ep, coords_.ep, ctx_.opt.routing_skew, ctx_.shard);
+    return detail::slot_blocks(l.shape, s, ctx_.dims, ctx_.cfg.ep, coords_.ep, ctx_.route, ctx_.shard);
   }
 
   void layer_node(const LayerInfo& l, Slot s, Phase phase, ChunkRef c) {
@@ -316,7 +317,7 @@ class RankBuilder {
       emit_blocks(l, s, phase, c, slot_blocks(l, s));
       return;
     }
-    const SlotWork work = slot_work(l.shape, s, ctx_.dims, ctx_.cfg.ep, coords_.ep, ctx_.opt.routing_skew, ctx_.shard);
+    const SlotWork work = slot_work(l.shape, s, ctx_.dims, ctx_.cfg.ep, coords_.ep, ctx_.route, ctx_.shard);
     compute_node(l, s, phase, c, work, "");
   }
 
@@ -325,17 +326,18 @@ class RankBuilder {
   void a2a_node(const LayerInfo& l, Slot s, Phase phase, ChunkRef c) {
     const auto& d = ctx_.dims;
     const int ep = ctx_.cfg.ep;
-    const double skew = ctx_.opt.routing_skew;
     const auto& peers = group(Group::Ep);
     if (s == Slot::Combine && ctx_.cfg.etp > 1) etp_node(l, s, phase, c, Part::EtpScatter);
     Node n = layer_part(l, s, phase, Part::Main, Stream::Comm);
     n.symbols = std::string(1, l.shape.terminal);
+    n.sends = a2a_sends(d, peers, coords_.ep, ctx_.route, s, phase, ctx_.shard);
     for (int peer = 0; peer < ep; ++peer) {
       if (peer == coords_.ep) continue;
-      const double out = a2a_bytes(d, ep, skew, s, phase, coords_.ep, peer, ctx_.shard);
-      const double in = a2a_bytes(d, ep, skew, s, phase, peer, coords_.ep, ctx_.shard);
-      n.sends.push_back({peers[static_cast<std::size_t>(peer)], out});
-      n.mem_bytes += out + in;
+      // What arrives: alltoall's mirror share; the other dispatchers are symmetric.
+      const double in = ctx_.route.dispatcher == Dispatcher::AllToAll || ctx_.route.skew != 0
+                            ? a2a_bytes(d, ep, ctx_.route, s, phase, peer, coords_.ep, ctx_.shard)
+                            : n.sends[static_cast<std::size_t>(peer < coords_.ep ? peer : peer - 1)].bytes;
+      n.mem_bytes += n.sends[static_cast<std::size_t>(peer < coords_.ep ? peer : peer - 1)].bytes + in;
     }
     collectives_.emplace_back(emit(std::move(n), c), CollectiveKind::AllToAll, Group::Ep);
     if (s == Slot::Dispatch && ctx_.cfg.etp > 1) etp_node(l, s, phase, c, Part::EtpGather);
@@ -344,7 +346,7 @@ class RankBuilder {
   void etp_node(const LayerInfo& l, Slot s, Phase phase, ChunkRef c, Part part) {
     const auto& d = ctx_.dims;
     // Rows this rank received from the all-to-all, before the gather over its etp peers.
-    const double rows = routed_copies(d, ctx_.cfg.ep, coords_.ep, ctx_.opt.routing_skew, ctx_.shard) / ctx_.cfg.etp;
+    const double rows = routed_copies(d, ctx_.cfg.ep, coords_.ep, ctx_.route, ctx_.shard) / ctx_.cfg.etp;
     const CollectiveKind kind = part == Part::EtpGather ? CollectiveKind::AllGather : CollectiveKind::ReduceScatter;
     block_collective(l, s, phase, c, l.shape.terminal, part, kind, Group::Etp, rows * d.hidden * d.bytes_per_element,
                      Stream::Comm);
@@ -818,7 +820,10 @@ Plan build_plan(const patterns::ParsedPattern& pattern, const ModelDims& dims,
   check_schedule_config(pattern, dims, config, options);
 
   WorkTable works;
-  Context ctx{dims, config, options, pattern.mtp_depths, {}, shard_of(config), &works};
+  Context ctx{dims, config, options, pattern.mtp_depths, {}, shard_of(config), &works, MoeRoute(options.routing_skew)};
+  ctx.route.dispatcher = options.dispatcher;
+  ctx.route.gpus_per_node = options.nvlink_domain;
+  if (options.routing_skew == 0) ctx.route.load_factor = expert_load_factor(dims, config.ep, ctx.shard, options.routing);
   const int chunks_per_rank = config.model_chunks();
   ctx.chunks.assign(static_cast<std::size_t>(config.pp),
                     std::vector<Chunk>(static_cast<std::size_t>(chunks_per_rank)));
@@ -893,6 +898,8 @@ Plan build_plan(const patterns::ParsedPattern& pattern, const ModelDims& dims,
   plan.microbatches = config.microbatches;
   plan.overlap = options.overlap;
   plan.delay_wgrad = options.delay_wgrad;
+  plan.ep_comm_sms = config.ep > 1 ? dispatcher_sms(options.dispatcher) : 0;
+  plan.cuda_graphs = options.cuda_graphs;
   plan.works = std::move(works.works);
   std::vector<int> offset;
   std::map<P2pKey, int> recv_ids;

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ht/schedule/error.hpp"
+#include "enum_names.hpp"
 #include "files.hpp"
 
 namespace ht::schedule {
@@ -260,6 +261,31 @@ std::string to_string(const Recompute& r) {
   for (const RecomputeName& n : recompute_names())
     if (r.has(n.module)) out += (out.empty() ? "" : ",") + std::string(n.name);
   return out.empty() ? "none" : out;
+}
+
+namespace {
+constexpr std::array<std::pair<Dispatcher, std::string_view>, 4> kDispatchers{
+    {{Dispatcher::AllGather, "allgather"}, {Dispatcher::AllToAll, "alltoall"}, {Dispatcher::DeepEP, "deepep"},
+     {Dispatcher::HybridEP, "hybridep"}}};
+constexpr std::array<std::pair<Routing, std::string_view>, 3> kRoutings{
+    {{Routing::Mean, "mean"}, {Routing::AuxLoss, "aux-loss"}, {Routing::ForceBalance, "force-balance"}}};
+constexpr std::array<std::pair<Precision, std::string_view>, 3> kPrecisions{
+    {{Precision::Bf16, "bf16"}, {Precision::Fp8, "fp8"}, {Precision::Mxfp8, "mxfp8"}}};
+}  // namespace
+
+std::string_view to_string(Dispatcher d) { return detail::name_of(kDispatchers, d); }
+std::optional<Dispatcher> dispatcher_from_string(std::string_view s) { return detail::lookup(kDispatchers, s); }
+std::string_view to_string(Routing r) { return detail::name_of(kRoutings, r); }
+std::optional<Routing> routing_from_string(std::string_view s) { return detail::lookup(kRoutings, s); }
+std::string_view to_string(Precision p) { return detail::name_of(kPrecisions, p); }
+std::optional<Precision> precision_from_string(std::string_view s) { return detail::lookup(kPrecisions, s); }
+
+int dispatcher_sms(Dispatcher d) {
+  switch (d) {
+    case Dispatcher::DeepEP: return 20;
+    case Dispatcher::HybridEP: return 8;
+    default: return 0;
+  }
 }
 
 void validate(const ScheduleOptions& o) {

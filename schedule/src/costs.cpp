@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <numbers>
 #include <string>
 
 #include "ht/schedule/error.hpp"
@@ -28,6 +30,25 @@ void fixed_gemm(SlotWork& w, double tokens, double k, double n, double bytes) { 
 void elementwise(SlotWork& w, double flops, double bytes) {
   w.other_flops += flops;
   w.kernels.push_back({KernelKind::Elementwise, false, 0, 0, 0, 1, flops, bytes});
+}
+
+// A token permutation (gather or scatter of `rows` rows of `width` elements): memory bound,
+// indexed (physics.md 1.6: permute kernels reach 30-50 % of HBM).
+void permute(SlotWork& w, double read_rows, double write_rows, double width, double bytes) {
+  const double traffic = (read_rows + write_rows) * width * bytes;
+  w.activation_bytes += traffic;
+  w.kernels.push_back({KernelKind::Permute, false, 0, 0, 0, 1, 0, traffic});
+}
+
+// A physical layer's own norm and residual (pre-norm residual block, on the T owned tokens under
+// sequence parallelism): RMSNorm reads and writes T x h; the residual add (Megatron's
+// bias-dropout-add) reads the block's output and the residual and writes their sum.
+void norm_and_residual(SlotWork& w, const ModelDims& d, const Shard& sh) {
+  const double t = double(d.tokens()) / (double(sh.cp) * sh.tp), h = d.hidden, b = d.bytes_per_element;
+  w.other_flops += 4 * t * h + t * h;
+  w.activation_bytes += 5 * t * h * b;
+  w.kernels.push_back({KernelKind::Elementwise, false, 0, 0, 0, 1, 4 * t * h, 2 * t * h * b});
+  w.kernels.push_back({KernelKind::Elementwise, false, 0, 0, 0, 1, t * h, 3 * t * h * b});
 }
 
 void scan(SlotWork& w, double flops, double bytes) {
@@ -98,6 +119,9 @@ double owned_tokens(const ModelDims& d, const Shard& s) { return d.tokens() / (d
 SlotWork symbol_work(char symbol, const ModelDims& d, const Shard& sh) {
   const double t = shard_tokens(d, sh), b = d.bytes_per_element, h = d.hidden, tp = sh.tp;
   SlotWork w;
+  if (symbol == '*' || symbol == 'W' || symbol == '+' || symbol == 'D' || symbol == 'C' || symbol == 'H' ||
+      symbol == 'M' || symbol == 'G' || symbol == '-')
+    norm_and_residual(w, d, sh);
   switch (symbol) {
     case '*':
     case 'W': {
@@ -105,6 +129,11 @@ SlotWork symbol_work(char symbol, const ModelDims& d, const Shard& sh) {
       const double q = heads * d.head_dim, kv = kv_heads * d.head_dim;
       gemm(w, t, h, q * (1 + d.attn_output_gate) + 2 * kv, b);  // q (and its gate), k, v
       if (d.qk_norm) elementwise(w, 4 * t * (q + kv), 2 * t * (q + kv) * b);
+      // Rotary embedding of q and k (the rotated share of each head), read and written once.
+      if (d.rotary_percent > 0) {
+        const double rotated = (q + kv) * d.rotary_percent / 100.0;
+        elementwise(w, 3 * t * rotated, 2 * t * rotated * b);
+      }
       attention_core(w, symbol, d, t, heads, kv_heads, d.head_dim, d.head_dim);
       if (d.attn_output_gate) elementwise(w, 2 * t * q, 3 * t * q * b);
       gemm(w, t, q, h, b);
@@ -164,7 +193,7 @@ SlotWork symbol_work(char symbol, const ModelDims& d, const Shard& sh) {
   return w;
 }
 
-SlotWork moe_router_work(const ModelDims& d, const Shard& sh) {
+SlotWork moe_router_work(const ModelDims& d, const Shard& sh, const MoeRoute& route) {
   const double t = owned_tokens(d, sh), b = d.bytes_per_element, h = d.hidden;
   SlotWork w;
   elementwise(w, 4 * t * h, 0);  // pre-MLP RMSNorm
@@ -177,6 +206,12 @@ SlotWork moe_router_work(const ModelDims& d, const Shard& sh) {
     gemm(w, t, h, d.moe_latent_size, b);
     gemm(w, t, d.moe_latent_size, h, b);
   }
+  // The MoE layer's residual add (the combined output plus the layer input).
+  elementwise(w, t * h, 3 * t * h * b);
+  // The all-to-all dispatcher permutes the T tokens into T top_k rows by expert before sending
+  // (megatron-parallel.md 9.1); DeepEP and HybridEP gather inside their dispatch kernel, and the
+  // all-gather dispatcher sends the tokens as they are.
+  if (route.dispatcher == Dispatcher::AllToAll) permute(w, t * d.top_k, t * d.top_k, d.moe_width(), b);
   return w;
 }
 
@@ -191,13 +226,13 @@ SlotWork shared_expert_work(const ModelDims& d, const Shard& sh) {
   return w;
 }
 
-SlotWork moe_preprocess_work(const ModelDims& d, const Shard& sh) {
-  SlotWork w = moe_router_work(d, sh);
+SlotWork moe_preprocess_work(const ModelDims& d, const Shard& sh, const MoeRoute& route) {
+  SlotWork w = moe_router_work(d, sh, route);
   w += shared_expert_work(d, sh);
   return w;
 }
 
-SlotWork expert_work(const ModelDims& d, double copies, int local_experts, const Shard& sh) {
+SlotWork expert_work(const ModelDims& d, double copies, int local_experts, const Shard& sh, const MoeRoute& route) {
   const double b = d.bytes_per_element, h = d.moe_width();
   const double f = double(d.moe_ffn_hidden) / sh.etp;
   const double x = d.ffn_matrices();
@@ -213,9 +248,33 @@ SlotWork expert_work(const ModelDims& d, double copies, int local_experts, const
     w.kernels.push_back({KernelKind::GroupedGemm, true, rows, n, k, groups, flops,
                          (groups * k * n + copies * (k + n)) * b});
   };
+  // Received rows into expert order before the experts, and back after them (megatron-parallel.md
+  // 9.1): the all-to-all dispatcher sorts its chunks by local expert when a rank holds several;
+  // DeepEP and HybridEP deliver tokens and permute them here; the all-gather dispatcher picks its
+  // experts' rows from every token of the group and scatters the results back. The all-to-all
+  // dispatcher's unpermute after the combine (T top_k rows into T tokens, weighted) is counted here
+  // too (it runs after the combine, on the same stream).
+  const double tokens = owned_tokens(d, sh);
+  switch (route.dispatcher) {
+    case Dispatcher::AllToAll:
+      if (local_experts > 1) permute(w, copies, copies, h, b);
+      break;
+    case Dispatcher::DeepEP:
+    case Dispatcher::HybridEP:
+    case Dispatcher::AllGather: permute(w, copies, copies, h, b); break;
+  }
   grouped(h, (x - 1) * f);
   w.kernels.push_back({KernelKind::Elementwise, false, 0, 0, 0, 1, w.other_flops, 3 * copies * f * b});
   grouped(f, h);
+  switch (route.dispatcher) {
+    case Dispatcher::AllToAll:
+      if (local_experts > 1) permute(w, copies, copies, h, b);
+      permute(w, tokens * d.top_k, tokens, h, b);
+      break;
+    case Dispatcher::DeepEP:
+    case Dispatcher::HybridEP: permute(w, copies, copies, h, b); break;
+    case Dispatcher::AllGather: permute(w, copies, copies, h, b); break;
+  }
   return w;
 }
 
@@ -258,19 +317,19 @@ SlotWork output_work(const ModelDims& d, const Shard& sh) {
 }
 
 SlotWork slot_work(const LayerShape& shape, Slot slot, const ModelDims& d, int ep, int ep_rank,
-                   double routing_skew, const Shard& sh) {
+                   const MoeRoute& route, const Shard& sh) {
   SlotWork w;
   if (!shape.has_slot(slot)) return w;
   switch (slot) {
     case Slot::PreDispatch:
       if (shape.mtp) w += mtp_pre_work(d, sh);
       for (char c : shape.pre) w += symbol_work(c, d, sh);
-      if (shape.moe()) w += moe_preprocess_work(d, sh);
+      if (shape.moe()) w += moe_preprocess_work(d, sh, route);
       break;
     case Slot::Mlp:
       if (shape.terminal == '-') w += symbol_work('-', d, sh);
       if (shape.moe())
-        w += expert_work(d, routed_copies(d, ep, ep_rank, routing_skew, sh), d.num_experts / ep, sh);
+        w += expert_work(d, routed_copies(d, ep, ep_rank, route, sh), d.num_experts / ep, sh, route);
       break;
     case Slot::MtpPost: w += mtp_post_work(d, sh); break;
     default: break;
@@ -309,17 +368,108 @@ double routed_payload_bytes(const ModelDims& d, const Shard& sh) {
   return owned_tokens(d, sh) * d.top_k * double(d.moe_width()) * d.bytes_per_element;
 }
 
-double routed_copies(const ModelDims& d, int ep, int ep_rank, double routing_skew, const Shard& sh) {
+double routed_copies(const ModelDims& d, int ep, int ep_rank, const MoeRoute& route, const Shard& sh) {
   return ep * owned_tokens(d, sh) * d.top_k *
-         cached_shares(ep, routing_skew)[static_cast<std::size_t>(ep_rank)] * sh.etp;
+         cached_shares(ep, route.skew)[static_cast<std::size_t>(ep_rank)] * sh.etp * route.load_factor;
 }
 
-double a2a_bytes(const ModelDims& d, int ep, double routing_skew, Slot slot, Phase phase, int from,
+double a2a_bytes(const ModelDims& d, int ep, const MoeRoute& route, Slot slot, Phase phase, int from,
                  int to, const Shard& sh) {
-  const auto& shares = cached_shares(ep, routing_skew);
+  const auto& shares = cached_shares(ep, route.skew);
   const bool toward_experts = (slot == Slot::Dispatch) == (phase != Phase::Backward);
   const int owner_share_index = toward_experts ? to : from;
-  return routed_payload_bytes(d, sh) * shares[static_cast<std::size_t>(owner_share_index)];
+  return routed_payload_bytes(d, sh) * shares[static_cast<std::size_t>(owner_share_index)] * route.load_factor;
+}
+
+std::vector<Transfer> a2a_sends(const ModelDims& d, const std::vector<int>& group, int me, const MoeRoute& route,
+                                Slot slot, Phase phase, const Shard& sh) {
+  const int ep = static_cast<int>(group.size());
+  std::vector<Transfer> out;
+  const auto peer_bytes = [&](auto bytes_to) {
+    for (int i = 0; i < ep; ++i)
+      if (i != me) out.push_back({group[static_cast<std::size_t>(i)], bytes_to(i)});
+  };
+  const double b = d.bytes_per_element, width = d.moe_width(), tokens = owned_tokens(d, sh);
+  switch (route.skew != 0 ? Dispatcher::AllToAll : route.dispatcher) {
+    case Dispatcher::AllToAll:
+      peer_bytes([&](int i) { return a2a_bytes(d, ep, route, slot, phase, me, i, sh); });
+      return out;
+    case Dispatcher::AllGather: {
+      // The forward combine reduce-scatters in the router's fp32 (megatron-parallel.md 9.1).
+      const double element = slot == Slot::Combine && phase != Phase::Backward ? 4.0 : b;
+      peer_bytes([&](int) { return tokens * width * element; });
+      return out;
+    }
+    case Dispatcher::DeepEP:
+    case Dispatcher::HybridEP: break;
+  }
+  const int gpn = std::max(1, route.gpus_per_node);
+  const double local_experts = double(d.num_experts) / ep;
+  const double copy = tokens * width * b * route.load_factor;  // every token, once
+  const double p_rank = hit_probability(d.num_experts, d.top_k, local_experts);
+  std::map<int, std::vector<int>> by_node;  // cluster node -> indices in the group
+  for (int i = 0; i < ep; ++i) by_node[group[static_cast<std::size_t>(i)] / gpn].push_back(i);
+  const int my_node = group[static_cast<std::size_t>(me)] / gpn;
+  const auto& local = by_node[my_node];
+  const auto pos = static_cast<std::size_t>(std::find(local.begin(), local.end(), me) - local.begin());
+  double forwarded = 0;  // NVLink copies the receiving nodes make of this rank's tokens
+  std::map<int, double> bytes;  // group index -> bytes
+  for (const auto& [node, members] : by_node) {
+    if (node == my_node) {
+      for (int i : members)
+        if (i != me) bytes[i] += copy * p_rank;
+      continue;
+    }
+    const double m = static_cast<double>(members.size());
+    bytes[members[pos % members.size()]] += copy * hit_probability(d.num_experts, d.top_k, m * local_experts);
+    forwarded += copy * (m - 1) * p_rank;
+  }
+  if (local.size() > 1)
+    for (int i : local)
+      if (i != me) bytes[i] += forwarded / static_cast<double>(local.size() - 1);
+  peer_bytes([&](int i) { return bytes.count(i) ? bytes[i] : 0.0; });
+  return out;
+}
+
+double hit_probability(int num_experts, int top_k, double experts) {
+  // 1 - prod_{i<k} (E - experts - i) / (E - i): none of the k distinct experts is among them.
+  double miss = 1;
+  for (int i = 0; i < top_k; ++i) {
+    const double left = double(num_experts) - experts - i;
+    miss *= left <= 0 ? 0.0 : left / (double(num_experts) - i);
+  }
+  return 1 - miss;
+}
+
+double expected_max_normal(int n) {
+  if (n <= 1) return 0;
+  // E[max] = integral of x n phi(x) Phi(x)^(n-1) dx, by the midpoint rule on [-9, 9].
+  constexpr int kSteps = 4000;
+  constexpr double kLo = -9, kHi = 9, kDx = (kHi - kLo) / kSteps;
+  double sum = 0;
+  for (int i = 0; i < kSteps; ++i) {
+    const double x = kLo + (i + 0.5) * kDx;
+    const double phi = std::exp(-0.5 * x * x) / std::sqrt(2 * std::numbers::pi);
+    const double cdf = 0.5 * std::erfc(-x / std::sqrt(2.0));
+    sum += x * n * phi * std::pow(cdf, n - 1) * kDx;
+  }
+  return sum;
+}
+
+double expert_load_factor(const ModelDims& d, int ep, const Shard& sh, Routing routing) {
+  if (routing == Routing::Mean || ep <= 1 || d.num_experts <= 0 || d.top_k <= 0) return 1;
+  const double e = d.num_experts, k = d.top_k, local = e / ep;
+  const double tokens = ep * owned_tokens(d, sh);  // routed by the EP group in one dispatch
+  const double mean = tokens * k / ep;
+  // One token's copies on a given rank: hypergeometric (k draws of e, `local` of them marked).
+  const double p = local / e;
+  const double per_token_var = e > 1 ? k * p * (1 - p) * (e - k) / (e - 1) : 0;
+  double var = tokens * per_token_var;
+  if (routing == Routing::AuxLoss) {
+    const double cv_rank = kRouterPopularityCv / std::sqrt(local);  // mean of `local` experts
+    var += mean * mean * cv_rank * cv_rank;
+  }
+  return 1 + expected_max_normal(ep) * std::sqrt(var) / mean;
 }
 
 double pipe_bytes(const ModelDims& d, const Shard& sh) {

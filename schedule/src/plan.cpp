@@ -4,23 +4,13 @@
 #include <array>
 #include <utility>
 
+#include "enum_names.hpp"
+
 namespace ht::schedule {
 namespace {
 
-template <typename E, std::size_t N>
-std::optional<E> lookup(const std::array<std::pair<E, std::string_view>, N>& table,
-                        std::string_view name) {
-  for (const auto& [value, text] : table)
-    if (text == name) return value;
-  return std::nullopt;
-}
-
-template <typename E, std::size_t N>
-std::string_view name_of(const std::array<std::pair<E, std::string_view>, N>& table, E value) {
-  for (const auto& [v, text] : table)
-    if (v == value) return text;
-  return "?";
-}
+using detail::lookup;
+using detail::name_of;
 
 constexpr std::array<std::pair<Stream, std::string_view>, 3> kStreams{{
     {Stream::Compute, "compute"}, {Stream::Comm, "comm"}, {Stream::Dp, "dp"}}};
@@ -56,12 +46,13 @@ constexpr std::array<std::pair<Part, std::string_view>, 6> kParts{{
     {Part::EtpGather, "etp_gather"},
     {Part::EtpScatter, "etp_scatter"},
 }};
-constexpr std::array<std::pair<KernelKind, std::string_view>, 5> kKernelKinds{{
+constexpr std::array<std::pair<KernelKind, std::string_view>, 6> kKernelKinds{{
     {KernelKind::Gemm, "gemm"},
     {KernelKind::GroupedGemm, "grouped_gemm"},
     {KernelKind::Attention, "attention"},
     {KernelKind::Scan, "scan"},
     {KernelKind::Elementwise, "elementwise"},
+    {KernelKind::Permute, "permute"},
 }};
 
 }  // namespace

@@ -116,6 +116,8 @@ std::string plan_to_json(const Plan& plan) {
   j["account_embedding"] = plan.account_embedding;
   j["account_loss"] = plan.account_loss;
   if (plan.world != 0) j["world"] = plan.world;
+  if (plan.ep_comm_sms != 0) j["ep_comm_sms"] = plan.ep_comm_sms;
+  if (plan.cuda_graphs) j["cuda_graphs"] = true;
   ojson works = ojson::array();
   for (const Work& w : plan.works) {
     ojson kernels = ojson::array();
@@ -205,6 +207,8 @@ Plan plan_from_json(std::string_view text) {
     plan.account_embedding = top.boolean("account_embedding");
     plan.account_loss = top.boolean("account_loss");
     if (top.has("world")) plan.world = top.integer("world");
+    if (top.has("ep_comm_sms")) plan.ep_comm_sms = top.integer("ep_comm_sms");
+    if (top.has("cuda_graphs")) plan.cuda_graphs = top.boolean("cuda_graphs");
     const json& works = top.array("works");
     for (std::size_t i = 0; i < works.size(); ++i) {
       const std::string where = "plan.works[" + std::to_string(i) + "]";

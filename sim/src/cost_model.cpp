@@ -72,8 +72,26 @@ const MeasuredInstance* CostModel::instance_for(const schedule::Node& node) cons
   return it == instances.end() ? nullptr : &it->second;
 }
 
+double CostModel::host_seconds(const schedule::Work& work, schedule::Phase phase, bool delay_wgrad,
+                               bool cuda_graphs) const {
+  double seconds = 0;
+  for (const schedule::Kernel& k : work.kernels) {
+    const int launches = kernel_launches(k, phase, delay_wgrad);
+    if (launches == 0) continue;
+    if (k.kind == schedule::KernelKind::GroupedGemm) {
+      // One Python call per grouped GEMM, then one cuBLAS launch per further expert from TE's C++
+      // loop. Dropless expert GEMMs are not capturable in a CUDA graph (physics.md 3).
+      const double calls = launches / std::max(1.0, k.groups);
+      seconds += calls * host_launch_s + (launches - calls) * grouped_launch_s;
+    } else if (!cuda_graphs) {
+      seconds += launches * host_launch_s;
+    }
+  }
+  return seconds;
+}
+
 double CostModel::compute_seconds(const schedule::Node& node, const GpuSpec& gpu, const schedule::Work* work,
-                                  bool delay_wgrad) const {
+                                  bool delay_wgrad, bool cuda_graphs) const {
   auto it = measured_entry(measured_s, node);
   // A W node without an entry of its own: its slot's backward (the same microbatch's B node for
   // the measured rows), scaled to the W node's FLOPs below.
@@ -99,7 +117,9 @@ double CostModel::compute_seconds(const schedule::Node& node, const GpuSpec& gpu
   if (node.flops <= 0 && node.mem_bytes <= 0) return 0;  // an empty slot launches nothing
   if (work != nullptr && !work->kernels.empty()) {
     const double t = work_seconds(*work, node.phase, delay_wgrad, gpu);
-    return t > 0 ? t + launch_overhead_s : 0;
+    // The host issues the node's kernels while the GPU runs them: the node takes the longer of
+    // the two (a host that falls behind leaves the GPU idle between kernels).
+    return t > 0 ? std::max(t, host_seconds(*work, node.phase, delay_wgrad, cuda_graphs)) + launch_overhead_s : 0;
   }
   const double math = node.flops / (gpu.peak_flops * gpu.flops_efficiency);
   const double memory = node.mem_bytes / (gpu.hbm_bytes_per_s * gpu.hbm_efficiency);
@@ -112,12 +132,15 @@ void set_cost_key(CostModel& model, std::string_view key, std::string_view value
   if (ec != std::errc() || end != value.data() + value.size())
     fail("value of '" + std::string(key) + "' is not a number: '" + std::string(value) + "'");
   if (key == "launch_overhead_us") model.launch_overhead_s = checked(key, v, 0) * 1e-6;
+  else if (key == "host_launch_us") model.host_launch_s = checked(key, v, 0) * 1e-6;
+  else if (key == "grouped_launch_us") model.grouped_launch_s = checked(key, v, 0) * 1e-6;
   else if (key == "comm_launch_us") model.comm_launch_s = checked(key, v, 0) * 1e-6;
   else if (key == "interference_factor") model.interference_factor = checked(key, v, 1);
   else if (key == "wake_latency_us") model.wake_latency_s = checked(key, v, 0) * 1e-6;
   else
     fail("unknown cost key '" + std::string(key) +
-         "' (known: launch_overhead_us, comm_launch_us, interference_factor, wake_latency_us)");
+         "' (known: launch_overhead_us, host_launch_us, grouped_launch_us, comm_launch_us, interference_factor, "
+         "wake_latency_us)");
 }
 
 CostModel parse_costs_json(std::string_view json_text, CostModel base) {
@@ -130,7 +153,7 @@ CostModel parse_costs_json(std::string_view json_text, CostModel base) {
   if (!j.is_object()) fail("the cost file must hold a JSON object");
   for (const auto& [key, value] : j.items()) {
     if (key == "launch_overhead_us" || key == "comm_launch_us" || key == "interference_factor" ||
-        key == "wake_latency_us") {
+        key == "wake_latency_us" || key == "host_launch_us" || key == "grouped_launch_us") {
       std::ostringstream text;
       text.precision(17);
       text << number_field(value, key);
@@ -196,7 +219,8 @@ CostModel parse_costs_json(std::string_view json_text, CostModel base) {
       }
     } else if (key.empty() || key.front() != '_') {  // "_comment" and friends are allowed
       fail("unknown field '" + key +
-           "' (known: launch_overhead_us, comm_launch_us, interference_factor, wake_latency_us, durations_us, "
+           "' (known: launch_overhead_us, host_launch_us, grouped_launch_us, comm_launch_us, interference_factor, "
+           "wake_latency_us, durations_us, "
            "comm_work_us, rows_us, flops, instances)");
     }
   }

@@ -16,12 +16,50 @@ using schedule::Phase;
 
 namespace {
 
-// Hopper/Blackwell BF16 GEMM tiles cuBLAS chooses among (cuBLASLt MatmulTile; CUTLASS sm90
-// examples: 64-row warpgroup MMAs, two consumer warpgroups per 128-row tile). The 64-row tiles,
-// one warpgroup's worth, only serve GEMMs of at most 64 rows: with more rows the larger tiles'
-// data reuse wins, which the tile efficiency below does not model per shape.
-constexpr std::array<std::array<double, 2>, 3> kTiles{{{128, 256}, {256, 128}, {128, 128}}};
-constexpr std::array<std::array<double, 2>, 2> kSkinnyTiles{{{64, 256}, {64, 128}}};
+// Measured BF16 GEMM throughput on sm_90 (H100 class), TFLOP/s, for (m x k)(k x n) with m, n, k
+// each in {256, 512, 1024, 2048, 4096}: OpenXLA's matmul interpolation table
+// (xla/service/gpu/model/matmul_interpolator_data.h, "sm_90" entries with batch 1, bf16 x bf16 ->
+// bf16; the revision in ROCm/xla@ea2c45f, 2026-07-31). Each figure is a whole kernel's achieved
+// rate, so the launch latency and tile and wave quantisation of small shapes are in it (a 256^3
+// GEMM: 6.7 TFLOP/s, i.e. 5 us). Indexed [m][n][k] by log2(size / 256).
+constexpr int kGrid = 5;
+constexpr double kGridMin = 256, kGridMax = 4096;
+constexpr double kSm90Tflops[kGrid * kGrid][kGrid] = {
+    {6.7, 11.5, 18.9, 31.9, 90.9},  // m 256, n 256
+    {12.4, 23.0, 41.1, 63.9, 93.1},  // m 256, n 512
+    {23.7, 43.8, 75.1, 119.6, 177.1},  // m 256, n 1024
+    {43.8, 83.1, 141.6, 222.6, 296.3},  // m 256, n 2048
+    {82.6, 146.2, 237.6, 345.9, 418.4},  // m 256, n 4096
+    {12.3, 23.0, 41.5, 61.7, 92.8},  // m 512, n 256
+    {23.6, 43.6, 73.4, 116.3, 187.5},  // m 512, n 512
+    {45.7, 85.4, 146.5, 231.0, 300.9},  // m 512, n 1024
+    {84.5, 147.5, 241.8, 342.8, 460.4},  // m 512, n 2048
+    {141.3, 243.6, 381.3, 530.0, 661.6},  // m 512, n 4096
+    {23.6, 43.7, 69.8, 116.1, 187.2},  // m 1024, n 256
+    {45.5, 84.3, 144.0, 235.5, 312.1},  // m 1024, n 512
+    {80.9, 149.1, 252.8, 359.8, 472.6},  // m 1024, n 1024
+    {144.3, 244.0, 384.0, 529.5, 665.7},  // m 1024, n 2048
+    {219.7, 347.7, 494.4, 639.1, 751.9},  // m 1024, n 4096
+    {45.3, 79.0, 142.8, 231.4, 333.9},  // m 2048, n 256
+    {84.3, 150.1, 257.6, 354.1, 458.1},  // m 2048, n 512
+    {145.6, 244.9, 386.8, 535.3, 663.6},  // m 2048, n 1024
+    {219.7, 348.6, 498.0, 641.0, 752.2},  // m 2048, n 2048
+    {303.3, 449.3, 596.5, 725.5, 752.3},  // m 2048, n 4096
+    {84.5, 144.9, 229.0, 314.3, 398.9},  // m 4096, n 256
+    {141.9, 240.1, 377.5, 531.0, 662.0},  // m 4096, n 512
+    {223.0, 354.6, 497.6, 643.7, 751.7},  // m 4096, n 1024
+    {308.2, 449.6, 604.6, 727.5, 759.4},  // m 4096, n 2048
+    {398.6, 551.8, 685.2, 735.6, 780.2},  // m 4096, n 4096
+};
+// The spec-sheet peak those figures were measured against (H100/H200 SXM dense BF16) and the best
+// large-shape fraction of it cuBLAS reaches there (794.5 of 989, Bekman's MAMF table): another
+// GPU's rate is the table's fraction of its own peak times its own best fraction over this one.
+constexpr double kSm90PeakTflops = 989;
+constexpr double kSm90BestFraction = 0.803;
+
+// Transformer Engine's GroupedLinear on Hopper runs one cuBLAS GEMM per expert, spread over this many
+// compute streams (TE transformer_engine/common/util/multi_stream.cpp; physics.md 1.4).
+constexpr double kGroupedGemmStreams = 4;
 
 // FlashAttention-3 on H100 (Shah et al. 2024, figures transcribed in docs/twin.md): achieved
 // fraction of the dense BF16 peak at sequence length 512 * 2^i, head dim 128.
@@ -42,20 +80,48 @@ double memory_seconds(double bytes, const GpuSpec& gpu) {
 
 }  // namespace
 
+double gemm_rate(double m, double n, double k, const GpuSpec& gpu) {
+  // Trilinear interpolation in log2 of each size. Sizes beyond the table take its edge: above
+  // 4096 a GEMM runs at the 4096 rate (the large-shape plateau, 780 of MAMF's 794.5 TFLOP/s);
+  // below 256 it takes as long as the 256 GEMM (one row of tiles; the kernel's latency), so the
+  // rate falls in proportion.
+  double frac[3], scale = 1;
+  int lo[3];
+  const double dims[3] = {m, n, k};
+  for (int i = 0; i < 3; ++i) {
+    const double d = std::max(dims[i], 1.0);
+    if (d < kGridMin) scale *= d / kGridMin;
+    const double x = std::log2(std::clamp(d, kGridMin, kGridMax) / kGridMin);
+    lo[i] = static_cast<int>(std::min(3.0, std::floor(x)));
+    frac[i] = x - lo[i];
+  }
+  double tflops = 0;
+  for (int c = 0; c < 8; ++c) {
+    double w = 1;
+    int at[3];
+    for (int i = 0; i < 3; ++i) {
+      const int up = (c >> i) & 1;
+      at[i] = lo[i] + up;
+      w *= up ? frac[i] : 1 - frac[i];
+    }
+    if (w > 0) tflops += w * kSm90Tflops[at[0] * kGrid + at[1]][at[2]];
+  }
+  return scale * tflops * 1e12 / (kSm90PeakTflops * 1e12) * gpu.peak_flops * (gpu.gemm_efficiency / kSm90BestFraction);
+}
+
 double gemm_seconds(double m, double n, double k, double groups, double bytes, const GpuSpec& gpu) {
   if (m <= 0 || n <= 0 || k <= 0 || groups <= 0) return memory_seconds(bytes, gpu);
-  const double per_sm = gpu.peak_flops / gpu.sms * gpu.gemm_efficiency;
-  double best = std::numeric_limits<double>::infinity();
-  auto consider = [&](double tm, double tn) {
-    // Tile quantisation (ceil) and wave quantisation (ceil over the SMs).
-    const double tiles = groups * std::ceil(m / tm) * std::ceil(n / tn);
-    const double waves = std::ceil(tiles / gpu.sms);
-    best = std::min(best, waves * 2 * tm * tn * (k + gpu.gemm_tile_overhead_k) / per_sm);
-  };
-  for (const auto& [tm, tn] : kTiles) consider(tm, tn);
-  if (m <= 64)
-    for (const auto& [tm, tn] : kSkinnyTiles) consider(tm, tn);
-  return std::max(best, memory_seconds(bytes, gpu));
+  const double one = 2 * m * n * k / gemm_rate(m, n, k, gpu);
+  double seconds = one;
+  if (groups > 1) {
+    // One GEMM per group on up to kGroupedGemmStreams streams: they run side by side while
+    // their tiles (128 x 128) fit on the SMs together, and never beat one GEMM of all the rows.
+    const double tiles = std::ceil(m / 128) * std::ceil(n / 128);
+    const double side_by_side = std::clamp(std::floor(gpu.sms / tiles), 1.0, std::min(kGroupedGemmStreams, groups));
+    const double fused = 2 * m * groups * n * k / gemm_rate(m * groups, n, k, gpu);
+    seconds = std::max(groups * one / side_by_side, fused);
+  }
+  return std::max(seconds, memory_seconds(bytes, gpu));
 }
 
 double attention_efficiency(double seq, double head_dim, bool backward, const GpuSpec& gpu) {
@@ -101,6 +167,24 @@ double kernel_seconds(const Kernel& kn, Phase phase, bool delay_wgrad, const Gpu
       const double factor = backward ? 2 : 1;
       return factor * std::max(kn.flops / gpu.peak_flops, memory_seconds(kn.bytes, gpu));
     }
+    case KernelKind::Permute:
+      // Indexed row gathers and scatters reach a fraction of HBM (physics.md 1.6); the backward
+      // is the mirror permutation.
+      return kn.bytes / (gpu.hbm_bytes_per_s * gpu.permute_efficiency);
+  }
+  return 0;
+}
+
+int kernel_launches(const Kernel& kn, Phase phase, bool delay_wgrad) {
+  const bool gemm = kn.kind == KernelKind::Gemm || kn.kind == KernelKind::GroupedGemm;
+  const int groups = kn.kind == KernelKind::GroupedGemm ? static_cast<int>(std::max(1.0, kn.groups)) : 1;
+  switch (phase) {
+    case Phase::Forward:
+    case Phase::Recompute: return groups;
+    case Phase::Weight: return gemm && kn.delayable ? groups : 0;
+    case Phase::Backward:
+      if (gemm) return groups * (delay_wgrad && kn.delayable ? 1 : 2);
+      return kn.kind == KernelKind::Attention ? 3 : 1;
   }
   return 0;
 }

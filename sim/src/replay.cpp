@@ -210,9 +210,24 @@ struct ReplayState {
     return touched;
   }
 
-  // All-to-alls and all-reduces given as per-peer sends can be aggregated; p2p is one flow anyway.
+  // A reduce-scatter, all-gather or all-reduce given as per-peer sends runs as NCCL runs it: a
+  // ring per channel, one channel per GPU of a node, so that each channel crosses into the next
+  // node through another GPU's NIC (the rail). Per member: its ring volume R (the sum of its
+  // sends: (n-1)/n of the buffer, twice that for an all-reduce) goes to its successor; over the
+  // g members of its node, g-1 channels stay on NVLink and one leaves through its NIC, so
+  // R(g-1)/g crosses NVLink and R/g the NIC. Inside one node the whole R crosses NVLink. The
+  // node's aggregate NIC bandwidth is then the collective's bus bandwidth across nodes, as
+  // physics.md 2.1 derives from nccl-tests' ring formulas (direct sends to every peer would put
+  // (n-g)/n of the buffer on each NIC: up to g times the bytes).
+  static bool ring(const schedule::Collective& c) {
+    return c.kind == CollectiveKind::AllReduce || c.kind == CollectiveKind::AllGather ||
+           c.kind == CollectiveKind::ReduceScatter;
+  }
+
+  // All-to-alls can be aggregated (rings always are, above); p2p is one flow anyway.
   bool aggregated(const schedule::Collective& c) const {
     if (c.kind == CollectiveKind::PointToPoint) return false;
+    if (ring(c)) return true;
     switch (options.a2a) {
       case A2aModel::Pairwise: return false;
       case A2aModel::Aggregated: return true;
@@ -268,7 +283,7 @@ struct ReplayState {
       }
       return flows;
     }
-    // Aggregated: the group's ranks by cluster node, in collective order.
+    // Aggregated (and rings): the group's ranks by cluster node, in collective order.
     std::map<int, std::vector<int>> by_node;  // cluster node -> original ranks
     for (int r : ranks) by_node[node_of_rank(r)].push_back(r);
     std::vector<int> group_nodes;
@@ -283,6 +298,11 @@ struct ReplayState {
         (node_of_rank(t.peer) == cn ? intra : inter) += t.bytes;
       }
       const auto& local = by_node[cn];
+      if (ring(c)) {  // NCCL's rings (see ring()): 1/g of the volume leaves through the NIC
+        const double volume = intra + inter;
+        inter = group_nodes.size() > 1 ? volume / static_cast<double>(local.size()) : 0;
+        intra = volume - inter;
+      }
       const auto pos = static_cast<std::size_t>(std::find(local.begin(), local.end(), me) - local.begin());
       if (whole_bytes(intra) > 0 && local.size() > 1) {
         const int to = local[(pos + 1) % local.size()];
@@ -354,12 +374,34 @@ struct ReplayState {
     resume();
   }
 
-  sg4::ExecPtr start_interference() const {
-    if (costs.interference_factor <= 1) return nullptr;
-    // A background execution with weight f-1 next to a compute execution of weight 1 leaves the
-    // compute 1/f of the GPU: overlapped compute runs exactly f times slower.
+  // SMs the communication kernel of `node` holds on its GPU while its transfers fly: the
+  // dispatcher's own (DeepEP, HybridEP) for EP all-to-alls, else NCCL's (fewer for a p2p send).
+  int comm_sms(const Node& node) const {
+    if (node.collective < 0) return platform.gpu.nccl_p2p_sms;
+    const auto& c = plan.collectives[static_cast<std::size_t>(node.collective)];
+    if (c.kind == CollectiveKind::PointToPoint) return platform.gpu.nccl_p2p_sms;
+    if (c.kind == CollectiveKind::AllToAll && c.group == schedule::Group::Ep && plan.ep_comm_sms > 0) return plan.ep_comm_sms;
+    return platform.gpu.nccl_sms;
+  }
+
+  // While a comm node's transfers fly, compute on the same GPU runs slower: by the cost model's
+  // interference_factor when one is set (calibrated runs), else by the SMs the communication
+  // kernel holds (SM sharing: compute keeps (S - s) of S SMs). A background execution of weight
+  // w next to compute of weight 1 leaves the compute 1/(1 + w) of the GPU: w = f - 1, or
+  // s / (S - s). Several comm kernels at once add their weights (to first order their SMs). A
+  // compute node that carries the collective itself (CP ring, TP overlap) gets no slowdown from
+  // it here: its kernels are priced for the SMs they have. The CPU backend shares no SMs.
+  sg4::ExecPtr start_interference(const Node& node) const {
+    double weight = 0;
+    if (costs.interference_factor > 1) {
+      weight = costs.interference_factor - 1;
+    } else if (shared_cpu == nullptr && node.stream != Stream::Compute && platform.gpu.sms > 0) {
+      const double s = std::min(comm_sms(node), platform.gpu.sms - 1);
+      weight = s / (platform.gpu.sms - s);
+    }
+    if (weight <= 0) return nullptr;
     auto noise = sg4::this_actor::exec_init(1e30);
-    noise->set_priority(costs.interference_factor - 1);
+    noise->set_priority(weight);
     noise->start();
     return noise;
   }
@@ -382,9 +424,11 @@ struct ReplayState {
   double node_seconds(const Node& node) {
     const schedule::Work* work = node.work >= 0 ? &plan.works[static_cast<std::size_t>(node.work)] : nullptr;
     // A measured table prices nodes one by one (rows, FLOP shares): no sharing across a work.
-    if (work == nullptr || !costs.measured_s.empty()) return costs.compute_seconds(node, platform.gpu, work, plan.delay_wgrad);
+    if (work == nullptr || !costs.measured_s.empty())
+      return costs.compute_seconds(node, platform.gpu, work, plan.delay_wgrad, plan.cuda_graphs);
     const std::size_t key = static_cast<std::size_t>(node.work) * 4 + static_cast<std::size_t>(node.phase);
-    if (std::isnan(work_cache[key])) work_cache[key] = costs.compute_seconds(node, platform.gpu, work, plan.delay_wgrad);
+    if (std::isnan(work_cache[key]))
+      work_cache[key] = costs.compute_seconds(node, platform.gpu, work, plan.delay_wgrad, plan.cuda_graphs);
     return work_cache[key];
   }
 
@@ -436,7 +480,7 @@ struct ReplayState {
       }
       activities += static_cast<std::int64_t>(comms.size());
       flows_started += static_cast<std::int64_t>(comms.size());
-      auto noise = comms.empty() ? nullptr : start_interference();
+      auto noise = comms.empty() ? nullptr : start_interference(node);
       sg4::Comm::wait_all(comms);
       if (noise) noise->cancel();
       host_work(costs.comm_work(node).after_s);
@@ -476,7 +520,7 @@ struct ReplayState {
         overlapped->start();
       }
     }
-    auto noise = (first != last || pending_in[node.id] > 0) ? start_interference() : nullptr;
+    auto noise = (first != last || pending_in[node.id] > 0) ? start_interference(node) : nullptr;
     run_flows(first, last, true);
     if (pending_in[node.id] > 0) {
       in_waiter[node.id] = actor;

@@ -61,9 +61,10 @@ TEST_CASE("skewed routing sends Zipf shares, and combine and backward mirror dis
   CHECK(sum == Approx(4 * 64 * 2));
 }
 
-TEST_CASE("dense MLP flops: 6*T*h*ffn GEMM + 3*T*ffn SwiGLU, backward doubles",
+TEST_CASE("dense MLP flops: 6*T*h*ffn GEMM + 3*T*ffn SwiGLU + its norm and residual, backward doubles",
           "[schedule][costs]") {
-  const double gemm = 6.0 * 64 * 64 * 128, other = 3.0 * 64 * 128;
+  // The layer's pre-norm (4 flops per element of T x h) and residual add (1) come with it.
+  const double gemm = 6.0 * 64 * 64 * 128, other = 3.0 * 64 * 128 + 5.0 * 64 * 64;
   const SlotWork w = symbol_work('-', kTiny);
   CHECK(w.weight_gemm_flops == gemm);
   CHECK(w.other_flops == other);
@@ -91,16 +92,19 @@ TEST_CASE("expert mlp nodes carry T*top_k copies under balanced routing, split B
   CHECK(seen == 2 * 3);
 }
 
-TEST_CASE("attention flops: projections plus the causal score/value term", "[schedule][costs]") {
+TEST_CASE("attention flops: projections, the causal score/value term, RoPE, norm and residual",
+          "[schedule][costs]") {
   // q = 4*16 = 64, kv = 2*16 = 32; keys = (32+1)/2.
   const double t = 64, h = 64;
   const double proj = 2 * t * h * (64 + 64) + 2 * t * 64 * h;
   const double core = 4 * t * 16.5 * 4 * 16;
+  const double rope = 3 * t * (64 + 32);  // q and k, all of each head rotated (rotary_percent 100)
+  const double norm_residual = 5 * t * h;
   const SlotWork w = symbol_work('*', kTiny);
   CHECK(w.weight_gemm_flops == proj);
-  CHECK(w.other_flops == core);
+  CHECK(w.other_flops == core + rope + norm_residual);
   // The sliding window caps the keys: window 8 < 16.5.
-  CHECK(symbol_work('W', kTiny).other_flops == 4 * t * 8 * 4 * 16);
+  CHECK(symbol_work('W', kTiny).other_flops == 4 * t * 8 * 4 * 16 + rope + norm_residual);
 }
 
 TEST_CASE("the gradient all-reduce carries the stage's non-expert parameter bytes",

@@ -192,8 +192,9 @@ TEST_CASE("TP splits a block's compute by tp and wraps it in SP all-gather and r
   REQUIRE(mlp(f1).size() == 1);
   REQUIRE(mlp(f2).size() == 3);
   const double t = d.tokens(), h = d.hidden, f = d.ffn_hidden;
-  // Forward GEMMs 2 t h (2f) + 2 t f h, SwiGLU 3 t f, all divided by tp (columns or rows).
-  CHECK(mlp(f1)[0]->flops == Approx(2 * t * h * 2 * f + 2 * t * f * h + 3 * t * f));
+  // Forward GEMMs 2 t h (2f) + 2 t f h, SwiGLU 3 t f, the layer's norm and residual add 5 t h on
+  // the owned tokens, all divided by tp (columns, rows or tokens).
+  CHECK(mlp(f1)[0]->flops == Approx(2 * t * h * 2 * f + 2 * t * f * h + 3 * t * f + 5 * t * h));
   CHECK(mlp(f2)[1]->flops == Approx(mlp(f1)[0]->flops / 2));
   const Node& gather = *mlp(f2)[0];
   const Node& scatter = *mlp(f2)[2];

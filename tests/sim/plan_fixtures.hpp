@@ -29,12 +29,16 @@ inline PlatformSpec exact_platform(int nodes, int gpus_per_node) {
   p.gpu.flops_efficiency = 1;
   p.gpu.hbm_bytes_per_s = 1e18;
   p.gpu.hbm_efficiency = 1;
+  p.gpu.nccl_sms = 0;  // no SM sharing: closed forms of compute and comm apart
+  p.gpu.nccl_p2p_sms = 0;
   return p;
 }
 
 inline CostModel exact_costs() {
   CostModel c;
   c.launch_overhead_s = 0;
+  c.host_launch_s = 0;
+  c.grouped_launch_s = 0;
   return c;
 }
 

@@ -113,6 +113,34 @@ TEST_CASE("interference slows compute by the factor while a comm of the same GPU
   CHECK(compute_end == Approx(flow_end + (c - done_in_overlap)).epsilon(0).margin(kTol));
 }
 
+TEST_CASE("an NCCL kernel holds its SMs: compute beside it runs on the SMs left", "[sim][interference]") {
+  // 132 SMs, NCCL's all-to-all holds 16 for as long as its flow runs: compute beside it keeps
+  // 116 of 132 and takes 132/116 of its time for that part.
+  auto platform = exact_platform(1, 2);
+  platform.gpu.nccl_sms = 16;
+  const double c = 1e-3, comm_s = 0.5e-3;
+  PlanBuilder b(2);
+  const int k0 = b.compute(0, c);
+  b.uniform_a2a({0, 1}, comm_s * platform.nvlink_bytes_per_s);
+  auto r = replay(b.plan(), platform, exact_costs());
+  double compute_end = -1;
+  for (const auto& s : r.timeline.spans)
+    if (s.args.at("node") == std::to_string(k0)) compute_end = s.end_s();
+  const double flow_end = platform.nvlink_latency_s + comm_s;
+  const double done_in_overlap = flow_end * 116.0 / 132;
+  CHECK(compute_end == Approx(flow_end + (c - done_in_overlap)).epsilon(0).margin(kTol));
+  // The dispatcher's own SMs (DeepEP: 20) for an EP all-to-all.
+  PlanBuilder d(2);
+  const int k1 = d.compute(0, c);
+  d.uniform_a2a({0, 1}, comm_s * platform.nvlink_bytes_per_s);
+  ht::schedule::Plan deepep = d.plan();
+  deepep.ep_comm_sms = 20;
+  auto r2 = replay(deepep, platform, exact_costs());
+  for (const auto& s : r2.timeline.spans)
+    if (s.args.at("node") == std::to_string(k1))
+      CHECK(s.end_s() == Approx(flow_end + (c - flow_end * 112.0 / 132)).epsilon(0).margin(kTol));
+}
+
 TEST_CASE("interference off leaves overlapped compute untouched", "[sim][interference]") {
   auto platform = exact_platform(1, 2);
   PlanBuilder b(2);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <set>
 
 #include "ht/schedule/build.hpp"
 #include "ht/sim/platform.hpp"
@@ -135,8 +136,11 @@ void check_summary(const Case& c) {
          std::to_string(hidden));
 }
 
-// Which transfers the replay starts, counted from the plan (pairwise flows: one per peer a node
-// sends a whole byte or more, a ring's one per member) plus the routing counts: every forward
+// Which transfers the replay starts, counted from the plan (pairwise all-to-all flows: one per
+// peer a node sends a whole byte or more; a ring all-reduce without sends: one per member; a
+// reduce-scatter, all-gather or all-reduce with sends, NCCL's rings: one to the next member on the
+// node when it has one, one to the next node when the group spans several, replay.hpp) plus the
+// routing counts: every forward
 // dispatch, and only it, first tells each other member of its EP group how many rows follow
 // (reference 3.5; Megatron's dispatcher exchanges the counts before the tokens).
 void check_flow_count(const Case& c) {
@@ -152,9 +156,28 @@ void check_flow_count(const Case& c) {
     bool collective_sends = false;
     if (col != nullptr)
       for (int m : col->nodes) collective_sends = collective_sends || !t.plan.node(m).sends.empty();
-    if (col != nullptr && col->kind == schedule::CollectiveKind::AllReduce && !collective_sends) {
+    const bool ring = col != nullptr && (col->kind == schedule::CollectiveKind::AllReduce ||
+                                         col->kind == schedule::CollectiveKind::AllGather ||
+                                         col->kind == schedule::CollectiveKind::ReduceScatter);
+    if (ring && !collective_sends) {
       const double members = static_cast<double>(col->nodes.size());
       if (members >= 2 && whole(2.0 * (members - 1) / members * n.mem_bytes)) ++payload;
+    } else if (ring) {
+      const int gpn = std::max(1, t.platform.gpus_per_node);
+      const int me = t.plan.original_rank(n.rank);
+      std::set<int> nodes;
+      int on_my_node = 0;
+      for (int m : col->nodes) {
+        const int rk = t.plan.original_rank(t.plan.node(m).rank);
+        nodes.insert(rk / gpn);
+        on_my_node += rk / gpn == me / gpn;
+      }
+      double volume = 0;
+      for (const auto& s : n.sends)
+        if (s.peer != me) volume += s.bytes;
+      const double inter = nodes.size() > 1 ? volume / on_my_node : 0;
+      if (on_my_node > 1 && whole(volume - inter)) ++payload;
+      if (whole(inter)) ++payload;
     } else {
       for (const auto& s : n.sends)
         if (s.peer != n.rank && whole(s.bytes)) ++payload;

@@ -181,6 +181,33 @@ std::string_view to_string(Group g);
 std::optional<Group> group_from_string(std::string_view s);
 std::vector<int> group_members(const ParallelConfig& c, int rank, Group g);
 
+// How MoE tokens travel (megatron-parallel.md 9.1, physics.md 2.4): Megatron's
+// --moe-token-dispatcher-type allgather / alltoall, or flex with the DeepEP or HybridEP backend.
+enum class Dispatcher : std::uint8_t {
+  AllGather,  // NCCL all-gather of every token to the EP group, reduce-scatter back (fp32)
+  AllToAll,   // NCCL all-to-all of top_k copies per token
+  DeepEP,     // one copy per destination rank (NVLink), per destination node (RDMA, then NVLink)
+  HybridEP,   // DeepEP's copies, fewer SMs
+};
+std::string_view to_string(Dispatcher d);
+std::optional<Dispatcher> dispatcher_from_string(std::string_view s);
+// SMs the dispatcher's own communication kernels hold while they run (0: NCCL's, a platform
+// property): DeepEP 20 (Megatron's --moe-flex-dispatcher-num-sms default), HybridEP 8 (the SM
+// budget DeepEP's hybrid-ep branch measures with).
+int dispatcher_sms(Dispatcher d);
+
+// The expert load an EP rank gets (costs.hpp, expert_load_factor): exactly the mean (what the
+// engines' plans assume), the expected busiest rank of a router trained with a load-balancing
+// loss, or of forced balance (--moe-router-force-load-balancing: uniform random top-k).
+enum class Routing : std::uint8_t { Mean, AuxLoss, ForceBalance };
+std::string_view to_string(Routing r);
+std::optional<Routing> routing_from_string(std::string_view s);
+
+// Number format of the GEMMs and of the tensors Megatron sends in it (physics.md 6).
+enum class Precision : std::uint8_t { Bf16, Fp8, Mxfp8 };
+std::string_view to_string(Precision p);
+std::optional<Precision> precision_from_string(std::string_view s);
+
 // Which schedule to build. Defaults are Megatron's: no overlap, no delayed weight gradients.
 struct ScheduleOptions {
   bool overlap = false;             // combined 1F1B: EP all-to-all overlapped with compute
@@ -196,6 +223,14 @@ struct ScheduleOptions {
   // Build only the ranks that stand for others (fold.hpp): one per pipeline stage, or per
   // (stage, EP rank) under routing skew. For the twin; the engines run unfolded plans.
   bool fold = false;
+  // The physics of a real Megatron step (the twin's; the engines keep the defaults): the MoE
+  // dispatcher, the expected expert load of the busiest EP rank, TP communication overlap
+  // (Transformer Engine's userbuffers) and the GEMM number format.
+  Dispatcher dispatcher = Dispatcher::AllToAll;
+  int nvlink_domain = 8;  // GPUs per node (DeepEP's one RDMA copy per destination node)
+  Routing routing = Routing::Mean;
+  bool tp_comm_overlap = false;
+  Precision precision = Precision::Bf16;
   bool operator==(const ScheduleOptions&) const = default;
 };
 

@@ -64,15 +64,47 @@ NodeCost phase_cost(const SlotWork& work, Phase phase, bool delay_wgrad);
 double shard_tokens(const ModelDims& dims, const Shard& shard);
 double owned_tokens(const ModelDims& dims, const Shard& shard);
 
+// How routed tokens are spread (the twin's MoE physics; engines use the defaults): the Zipf skew
+// across EP ranks, the expected load of the busiest EP rank over the mean (expert_load_factor;
+// with skew the shares already say who is busiest, so it stays 1) and the dispatcher, which
+// decides the copies on the wire and the permutation kernels around them.
+struct MoeRoute {
+  MoeRoute(double routing_skew = 0) : skew(routing_skew) {}  // NOLINT: a skew alone is a route
+  double skew = 0;
+  double load_factor = 1;
+  Dispatcher dispatcher = Dispatcher::AllToAll;
+  int gpus_per_node = 8;  // DeepEP/HybridEP: the NVLink domain one RDMA copy per node serves
+  bool operator==(const MoeRoute&) const = default;
+};
+
+// Expected load of the busiest of `ep` ranks over the mean load, per layer and microbatch, for
+// a router of kind `routing` (config.hpp). Every EP rank routes its T owned tokens to top_k of
+// num_experts experts, num_experts / ep of them on each rank. Forced balance is uniform random
+// top-k: a rank's load is a sum of ep T hypergeometric draws, mean T top_k, and the busiest of ep
+// ranks sits z(ep) standard deviations above it (z = the expected maximum of ep standard
+// normals). A router trained with a balancing loss adds a spread of expert popularity,
+// coefficient of variation kRouterPopularityCv per expert (averaged over the rank's experts).
+// Mean: 1.
+inline constexpr double kRouterPopularityCv = 0.035;
+double expected_max_normal(int n);  // E[max of n independent standard normals]
+double expert_load_factor(const ModelDims& dims, int ep, const Shard& shard, Routing routing);
+// Probability that a token's top_k experts include one of `experts` given experts (uniform):
+// 1 - C(E - experts, k) / C(E, k).
+double hit_probability(int num_experts, int top_k, double experts);
+
 // Forward work of one layer symbol ('-' is the dense MLP; 'E' is not a symbol here: see below).
 SlotWork symbol_work(char symbol, const ModelDims& dims, const Shard& shard = {});
 // Pre-MLP norm, router and shared expert of an 'E' terminal (runs in pre_dispatch): the sum of
 // the two blocks below.
-SlotWork moe_preprocess_work(const ModelDims& dims, const Shard& shard = {});
-SlotWork moe_router_work(const ModelDims& dims, const Shard& shard = {});   // norm + router (T tokens)
+SlotWork moe_preprocess_work(const ModelDims& dims, const Shard& shard = {}, const MoeRoute& route = {});
+// Norm, router, the permutation before the dispatch (alltoall, allgather) and the MoE residual add.
+SlotWork moe_router_work(const ModelDims& dims, const Shard& shard = {}, const MoeRoute& route = {});
 SlotWork shared_expert_work(const ModelDims& dims, const Shard& shard = {}); // TP-split MLP
 // Routed experts: `copies` token copies landed on this rank, which holds `local_experts`.
-SlotWork expert_work(const ModelDims& dims, double copies, int local_experts, const Shard& shard = {});
+// With `route`, the permutations around the experts the dispatcher needs (sort by expert, unsort,
+// unpermute) come with them.
+SlotWork expert_work(const ModelDims& dims, double copies, int local_experts, const Shard& shard = {},
+                     const MoeRoute& route = {});
 // MTP embedding + eh_proj (pre_dispatch) and final norm (mtp_post).
 SlotWork mtp_pre_work(const ModelDims& dims, const Shard& shard = {});
 SlotWork mtp_post_work(const ModelDims& dims, const Shard& shard = {});
@@ -81,7 +113,7 @@ SlotWork output_work(const ModelDims& dims, const Shard& shard = {});  // final 
 
 // Work of a compute slot of a layer plan on EP rank `ep_rank` (routing skew moves expert load).
 SlotWork slot_work(const LayerShape& shape, Slot slot, const ModelDims& dims, int ep, int ep_rank,
-                   double routing_skew, const Shard& shard = {});
+                   const MoeRoute& route, const Shard& shard = {});
 
 // Share of every rank's routed tokens that goes to EP rank d: (d+1)^-s / sum_j (j+1)^-s.
 std::vector<double> routing_shares(int ep, double routing_skew);
@@ -89,14 +121,29 @@ std::vector<double> routing_shares(int ep, double routing_skew);
 double routed_payload_bytes(const ModelDims& dims, const Shard& shard = {});
 // Token copies processed by the experts of EP rank `ep_rank`: ep * T * top_k * share[ep_rank]
 // (times etp: expert tensor parallelism gathers the rows of its etp peers).
-double routed_copies(const ModelDims& dims, int ep, int ep_rank, double routing_skew,
+double routed_copies(const ModelDims& dims, int ep, int ep_rank, const MoeRoute& route,
                      const Shard& shard = {});
 // Bytes EP rank `from` sends to EP rank `to` (from != to) in a dispatch or combine node.
 // Dispatch forward and combine backward move tokens from their owner to the experts
 // (payload * share[to]); combine forward and dispatch backward move them back (payload *
 // share[from]).
-double a2a_bytes(const ModelDims& dims, int ep, double routing_skew, Slot slot, Phase phase,
+double a2a_bytes(const ModelDims& dims, int ep, const MoeRoute& route, Slot slot, Phase phase,
                  int from, int to, const Shard& shard = {});
+// One rank's transfers in a dispatch or combine node over its EP group (`group`: the global
+// ranks, `me`: this rank's index in it), by the route's dispatcher (megatron-parallel.md 9.1,
+// physics.md 2.4):
+//  - alltoall: a2a_bytes to every peer (top_k copies per token);
+//  - allgather: every token to every peer (T h bytes), and back by a reduce-scatter in the
+//    router's fp32 (forward combine);
+//  - deepep, hybridep: one copy per destination rank inside the node (a token reaches a rank
+//    with hit_probability(E, k, local experts)), one copy per destination node over RDMA to the
+//    GPU of the same position there, which forwards it over NVLink to the other ranks it
+//    reaches; under the symmetric layouts the twin replays, that forwarding is the same NVLink
+//    traffic on the sender's own node, so it is carried by sends to the local peers.
+// The way back mirrors the way out. Balanced routing only: with skew, alltoall's shares apply.
+std::vector<Transfer> a2a_sends(const ModelDims& dims, const std::vector<int>& group, int me, const MoeRoute& route,
+                                Slot slot, Phase phase, const Shard& shard = {});
+
 // Activation (forward) or activation-gradient (backward) bytes between pipeline stages: the
 // owned tokens' hidden states (T x hidden).
 double pipe_bytes(const ModelDims& dims, const Shard& shard = {});

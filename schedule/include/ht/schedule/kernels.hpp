@@ -18,7 +18,9 @@ enum class KernelKind : std::uint8_t {
   GroupedGemm,  // `groups` GEMMs of m rows each (the routed experts of one rank)
   Attention,    // fused (flash) attention core: scores and values
   Scan,         // recurrences (Mamba2 SSD scan, gated delta rule) and causal convolutions
-  Elementwise,  // norms, activations, softmax, permutations: memory bound
+  Elementwise,  // norms, activations, softmax, residual adds: memory bound, streaming
+  Permute,      // MoE token permutations (gathers and scatters of rows): memory bound, indexed;
+                // the backward is the mirror permutation, as much traffic as the forward
 };
 
 struct Kernel {

@@ -155,6 +155,11 @@ struct Plan {
   std::vector<Work> works;     // kernel lists of compute nodes (Node::work), shared by many nodes
   bool overlap = false;
   bool delay_wgrad = false;
+  // What the twin needs beyond nodes: SMs the EP dispatch/combine kernels hold while they run (0:
+  // NCCL's, a platform figure; DeepEP 20), and whether CUDA graphs replay the non-expert kernels
+  // (no host launch cost for them). Written to JSON only when set.
+  int ep_comm_sms = 0;
+  bool cuda_graphs = false;
   int world = 0;                   // ranks of the layout; 0 = ranks.size(). Larger: a folded plan,
                                    // whose transfers still name the layout's ranks (fold.hpp)
   bool account_embedding = false;  // the pipeline split counted the embedding as a layer

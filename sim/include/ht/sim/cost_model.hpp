@@ -24,7 +24,7 @@
 // of its own takes the slot's backward entry.
 //
 // JSON form (every field optional):
-//   { "launch_overhead_us": 4, "comm_launch_us": 0, "interference_factor": 1.15, "wake_latency_us": 90,
+//   { "launch_overhead_us": 4, "host_launch_us": 11, "grouped_launch_us": 5, "comm_launch_us": 0, "interference_factor": 1.15, "wake_latency_us": 90,
 //     "durations_us": { "mlp/backward/E": 850.5, "pre_dispatch/forward": 310, "post_process": 90 },
 //     "comm_work_us": { "combine/forward": { "before": 90, "after": 520 }, "dispatch/backward": 130 },
 //     "rows_us": { "mlp/backward/E": { "per_row_us": 2.1, "mean_rows": 405 } },
@@ -67,7 +67,14 @@ struct MeasuredInstance {
 };
 
 struct CostModel {
-  double launch_overhead_s = 4e-6;  // per compute node (kernel launches of one slot)
+  double launch_overhead_s = 0;     // per compute node, on top of the kernels (calibration's fit)
+  // Host time to issue one kernel from Megatron's Python (PyTorch eager: back-to-back small ops
+  // run at 11-18 us each, NVIDIA dgxc-benchmarking cpu_overhead; the fastest is taken), and one
+  // further expert GEMM of a grouped GEMM from Transformer Engine's C++ loop (a CUDA launch call
+  // from C++: 5-20 us, HolisticTraceAnalysis' launch statistics; the fastest is taken). A compute
+  // node takes the longer of its kernels' GPU time and this host time (physics.md 3).
+  double host_launch_s = 11e-6;
+  double grouped_launch_s = 5e-6;
   double comm_launch_s = 0;         // added to every non-empty communication node, before it starts
   // Host work of a communication node by "slot/phase" (e.g. "combine/forward"): before its
   // transfers (packing send buffers, the combine backward's local part), which delays its
@@ -90,7 +97,10 @@ struct CostModel {
   // Seconds of a compute node on `gpu`: table first (scaled by its measured rows), else its
   // kernels (`work`, with the plan's delayed-wgrad setting), else the roofline.
   double compute_seconds(const schedule::Node& node, const GpuSpec& gpu, const schedule::Work* work = nullptr,
-                         bool delay_wgrad = false) const;
+                         bool delay_wgrad = false, bool cuda_graphs = false) const;
+  // Host seconds to launch a work's kernels in `phase`; CUDA graphs replay all but the dropless
+  // expert GEMMs without host work.
+  double host_seconds(const schedule::Work& work, schedule::Phase phase, bool delay_wgrad, bool cuda_graphs) const;
   // The table entry used for `node`, or nullptr when the roofline applies.
   const double* measured_for(const schedule::Node& node) const;
   // comm_work_s of a comm node (zeros when the table has no entry for its slot/phase).
@@ -100,13 +110,20 @@ struct CostModel {
   static std::string instance_key(const schedule::Node& node);  // "<rank>/<label>"
 };
 
-// The kernel model (kernel_time.cpp). GEMM: the fastest of cuBLAS' tiles, waves of tiles over the
-// SMs, each tile 2 tm tn (k + tile_overhead) FLOPs at gemm_efficiency of the per-SM peak, never
-// faster than its bytes over HBM. Attention efficiency: FlashAttention-3's figures by sequence
-// length (causal forward; backward = full backward x causal/full forward), scaled by head size.
+// The kernel model (kernel_time.cpp). GEMM: the measured sm_90 BF16 rate of its shape (OpenXLA's
+// table, interpolated in log size), scaled to the GPU's peak and best-shape fraction; grouped
+// GEMMs as one GEMM per group on four streams; never faster than its bytes over HBM. Attention
+// efficiency: FlashAttention-3's figures by sequence length (causal forward; backward = full
+// backward x causal/full forward), scaled by head size.
+// Achieved FLOP/s of one (m x k)(k x n) BF16 GEMM on `gpu` (the measured sm_90 table, scaled).
+double gemm_rate(double m, double n, double k, const GpuSpec& gpu);
 double gemm_seconds(double m, double n, double k, double groups, double bytes, const GpuSpec& gpu);
 double attention_efficiency(double seq, double head_dim, bool backward, const GpuSpec& gpu);
 double kernel_seconds(const schedule::Kernel& kernel, schedule::Phase phase, bool delay_wgrad, const GpuSpec& gpu);
+// Kernels launched for `kernel` in `phase`: a GEMM once forward, data and weight gradient
+// backward (the latter in W when delayed), times its groups; flash attention's backward three
+// (preprocess, main, dQ conversion); the rest once per phase.
+int kernel_launches(const schedule::Kernel& kernel, schedule::Phase phase, bool delay_wgrad);
 double work_seconds(const schedule::Work& work, schedule::Phase phase, bool delay_wgrad, const GpuSpec& gpu);
 
 // Parses the JSON form; throws SimError(BadCosts) with the offending field.

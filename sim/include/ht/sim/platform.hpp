@@ -11,8 +11,8 @@
 //   *_efficiency       achievable fraction of the nominal figure (0 < e <= 1)
 //   peak_tflops        dense bf16 peak in TFLOP/s;  hbm_tbps  HBM bandwidth in TB/s;  hbm_gb  HBM size
 //   sms                streaming multiprocessors (GEMM wave quantisation)
-//   gemm_efficiency    fraction of the per-SM peak a full GEMM tile's main loop reaches
-//   gemm_tile_overhead_k  per-tile prologue/epilogue cost in K elements (small K runs below peak)
+//   gemm_efficiency    best large-shape GEMM rate as a fraction of peak (H100 0.803); the measured
+//                      sm_90 table of GEMM rates by shape is scaled by it over H100's
 //   attention_scale    the flash-attention efficiency curve's scale (1 = FlashAttention-3 on Hopper)
 //   scan_efficiency    fraction of peak the recurrences' (Mamba2 SSD, GDN) chunked kernels reach
 //   oversubscription   fat-tree leaf oversubscription (1 = full bisection)
@@ -46,8 +46,8 @@
 //                400 Gb/s per GPU (GB200 NVL72 product page, DGX GB200 user guide)
 // Efficiencies: NVLink 0.82 (NCCL's maintainers: 370 of 450 GB/s busbw on H100), NIC 0.94 (46-48
 // of 50 GB/s per NDR NIC, nccl-tests issues), HBM 0.80 (weight-streaming GEMMs in DeepGEMM's
-// table), GEMM tiles 0.85 on Hopper (cuBLAS' best-shape 80.3 % of peak with 128 tiles on 132 SMs),
-// 0.80 / 0.75 on B200 / GB200 (their measured best-shape 77.6 % / 72.9 %).
+// table), best-shape GEMM 0.803 of peak on Hopper, 0.776 / 0.729 on B200 / GB200 (Bekman's MAMF
+// table), applied to OpenXLA's measured sm_90 rates by shape (kernel_time.cpp).
 #pragma once
 
 #include <cstdint>
@@ -64,10 +64,17 @@ struct GpuSpec {
   double hbm_efficiency = 0.8;       // achieved fraction of HBM bandwidth on streaming kernels
   double hbm_bytes = 80e9;           // HBM capacity
   int sms = 132;                     // streaming multiprocessors
-  double gemm_efficiency = 0.85;     // full-tile main-loop fraction of the per-SM peak
-  double gemm_tile_overhead_k = 384; // per-tile prologue/epilogue, in K elements
+  double gemm_efficiency = 0.803;    // best-shape cuBLAS BF16 rate / peak (MAMF: 794.5 of 989 on H100)
   double attention_scale = 1.0;      // scale of the flash-attention efficiency curve
   double scan_efficiency = 0.35;     // chunked recurrence kernels (placeholder: no published figure)
+  // MoE permute/unpermute kernels: 30-50 % of HBM (TileOPs' and vLLM's H200 permute benchmarks,
+  // physics.md 1.6); the middle is taken.
+  double permute_efficiency = 0.4;
+  // SMs an NCCL collective's kernel holds while it runs: one CTA per channel, never shared with
+  // compute; 16 on a DGX with 8 NICs (NCCL maintainers, NVIDIA/nccl issues 689 and 1598). A
+  // point-to-point send uses 2 (NCCL_NCHANNELS_PER_NET_PEER's default, issue 1424).
+  int nccl_sms = 16;
+  int nccl_p2p_sms = 2;
   bool operator==(const GpuSpec&) const = default;
 };
 

@@ -23,11 +23,13 @@
 //    instead of O(EP); pairwise is exact for skewed routing. Auto: pairwise up to
 //    `pairwise_max_group` members and for skewed collectives (per-peer bytes differing by more
 //    than 1 %), aggregated otherwise;
-//  - gradient all-reduce (CollectiveKind::AllReduce): nodes with sends (the schedule builder's
-//    direct all-reduce: 2 x bytes / n to each peer, 2(n-1)/n x bytes per member in total, the
-//    ring's volume) replay like an all-to-all, pairwise or aggregated by the same rule; nodes
-//    without sends use a ring: each member sends 2(n-1)/n x mem_bytes to its successor, i.e. the
-//    closed form 2(n-1)/n x bytes / bw + latency on a uniform ring;
+//  - reduce-scatters, all-gathers and all-reduces with per-peer sends (data-parallel buckets, TP/SP
+//    and expert-TP collectives) run as NCCL's rings, one channel per GPU of a node: each member
+//    sends its ring volume (the sum of its sends) to its successor, (g-1)/g of it over NVLink and
+//    1/g through its NIC to the same position on the next node of the group (g = members on its
+//    node), so a collective across nodes runs at the node's aggregate NIC bandwidth;
+//    all-reduces without sends use a plain ring: each member sends 2(n-1)/n x mem_bytes to its
+//    successor, i.e. the closed form 2(n-1)/n x bytes / bw + latency on a uniform ring;
 //  - interference: while a GPU's comm node has flows in flight, a background execution with
 //    share weight (factor - 1) runs on the GPU host, so a compute node gets 1/factor of the GPU
 //    (max-min sharing) and slows down by exactly `factor` for the overlapped part.

@@ -93,7 +93,7 @@ nlohmann::json assess(const Setup& base, const SearchArgs& a, const Candidate& c
     const Setup s = setup_of(base, a, c);
     const auto parsed = ht::patterns::parse(s.pattern);
     const hs::Plan plan = hs::build_plan(parsed, s.dims, s.parallel, build_options(s));
-    const hs::MemoryBreakdown m = hs::peak_memory(parsed, s.dims, s.parallel, plan);
+    const hs::MemoryBreakdown m = hs::peak_memory(parsed, s.dims, s.parallel, plan, s.options.precision);
     if (m.total() > s.platform.gpu.hbm_bytes)
       return {{"status", "memory"}, {"memory_gib", m.total() / kGiB}};
     // The longest path through the plan with every compute node at its kernels' time and every

@@ -77,6 +77,19 @@ void print_run(const Setup& s, const Run& r) {
                                                    : "")
                     : std::string("one all-reduce after the backward (engine)"))
             << "\n";
+  {
+    std::ostringstream physics;
+    physics << hs::to_string(r.options.precision) << " GEMMs"
+            << (l.tp > 1 ? (r.options.tp_comm_overlap ? ", TP comm overlapped" : ", TP comm in line") : "");
+    if (l.ep > 1) {
+      std::ostringstream load;
+      load << std::fixed << std::setprecision(3) << r.plan.expert_load_factor;
+      physics << ", " << hs::to_string(r.options.dispatcher) << " dispatcher, " << hs::to_string(r.options.routing)
+              << " routing (busiest EP rank " << load.str() << "x the mean)";
+    }
+    if (r.options.cuda_graphs) physics << ", CUDA graphs";
+    std::cout << "physics      " << physics.str() << "\n";
+  }
   if (r.plan.account_embedding || r.plan.account_loss)
     std::cout << "pipeline     layers split with the " << (r.plan.account_embedding ? "embedding" : "")
               << (r.plan.account_embedding && r.plan.account_loss ? " and the " : "")
@@ -358,6 +371,9 @@ int run(const SimulateArgs& a) {
   s.platform = sim::parse_platform(a.platform);
   a.physics.apply(s.options);
   s.options.nvlink_domain = s.platform.gpus_per_node;
+  if (s.options.precision == hs::Precision::Mxfp8 && !s.platform.gpu.mxfp8)
+    throw UsageError("--precision mxfp8 needs a GPU with MXFP8 GEMMs (dgx-b200, gb200-nvl72); '" + s.platform.name +
+                     "' has none (use --precision fp8)");
   if (!a.costs_file.empty()) s.costs = sim::load_costs_file(a.costs_file);
   for (const auto& kv : a.cost_overrides) {
     const auto eq = kv.find('=');

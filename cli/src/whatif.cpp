@@ -33,9 +33,10 @@ hs::ScheduleOptions build_options(const Setup& s) {
 Run simulate(const Setup& s, const sim::ReplayOptions& replay_options, bool keep_timeline) {
   Run run;
   const auto parsed = ht::patterns::parse(s.pattern);
-  run.plan = hs::build_plan(parsed, s.dims, s.parallel, build_options(s));
+  run.options = build_options(s);
+  run.plan = hs::build_plan(parsed, s.dims, s.parallel, run.options);
   run.layout = s.parallel;
-  run.memory = hs::peak_memory(parsed, s.dims, s.parallel, run.plan);
+  run.memory = hs::peak_memory(parsed, s.dims, s.parallel, run.plan, s.options.precision);
   run.global_batch = double(s.parallel.dp) * s.parallel.microbatches * s.dims.micro_batch;
   run.model_flops = hs::model_flops_per_step(parsed, s.dims, run.global_batch);
   run.seq_len = s.dims.seq_len;
@@ -96,6 +97,13 @@ nlohmann::json summary_json(const Run& r) {
             {"overlap_grad_reduce", l.optimizer.overlap_grad_reduce},
             {"overlap_param_gather", l.optimizer.overlap_param_gather},
             {"account_embedding", r.plan.account_embedding}, {"account_loss", r.plan.account_loss}}},
+          {"physics",
+           {{"moe_dispatcher", hs::to_string(r.options.dispatcher)},
+            {"routing", hs::to_string(r.options.routing)},
+            {"expert_load_factor", r.plan.expert_load_factor},
+            {"tp_comm_overlap", r.options.tp_comm_overlap},
+            {"precision", hs::to_string(r.options.precision)},
+            {"cuda_graphs", r.options.cuda_graphs}}},
           {"model_flops_per_step", r.model_flops},
           {"tp_comm_s", s.tp_comm_s},
           {"cp_comm_s", s.cp_comm_s},

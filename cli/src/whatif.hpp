@@ -43,6 +43,7 @@ struct Run {
   int seq_len = 0;
   double hbm_bytes = 0;
   double peak_flops = 0;
+  hs::ScheduleOptions options;  // what the plan was built with (the step physics among them)
 };
 
 // The schedule options a run builds with: folded (fold.hpp) unless --no-fold, where folding is

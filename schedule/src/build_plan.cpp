@@ -55,17 +55,19 @@ struct Chunk {
 // Kernel lists shared by many nodes, numbered in order of first use.
 class WorkTable {
  public:
-  int intern(const std::vector<Kernel>& kernels) {
-    if (kernels.empty()) return -1;
+  int intern(const std::vector<Kernel>& raw) {
+    if (raw.empty()) return -1;
+    const std::vector<Kernel> kernels = with_precision(raw, precision);
     std::vector<double> key;
     key.reserve(kernels.size() * 9);
     for (const Kernel& k : kernels)
-      key.insert(key.end(), {double(k.kind), double(k.delayable), k.m, k.n, k.k, k.groups, k.flops, k.bytes});
+      key.insert(key.end(), {double(k.kind), double(k.delayable), k.m, k.n, k.k, k.groups, k.flops, k.bytes, double(k.fp8)});
     auto [it, fresh] = index_.try_emplace(std::move(key), static_cast<int>(works.size()));
     if (fresh) works.push_back({kernels});
     return it->second;
   }
   std::vector<Work> works;
+  Precision precision = Precision::Bf16;
 
  private:
   std::map<std::vector<double>, int> index_;
@@ -419,7 +421,14 @@ class RankBuilder {
       // input gradient.
       const double first = backward ? b.scatter_width : b.gather_width;
       const double last = backward ? b.gather_width : b.scatter_width;
-      if (tp_comm && first > 0)
+      // TP communication overlap (Transformer Engine's userbuffers, physics.md 5): the gather runs
+      // as a ring exchange beside the first GEMM, the reduce-scatter pipelined in 4 chunks beside
+      // the last one (the last chunk's exposed after it), the backward's re-gather of the input
+      // in bulk beside the weight gradients. The block's node carries them; the replay runs its
+      // kernels and transfers side by side.
+      const bool overlap_tp = tp_comm && ctx_.opt.tp_comm_overlap;
+      constexpr double kPipelinedChunks = 4;
+      if (tp_comm && first > 0 && !overlap_tp)
         block_collective(l, s, phase, c, b.symbol, Part::TpGather, CollectiveKind::AllGather, Group::Tp,
                          first * per_token);
       if (b.cp_a2a_elements > 0)  // each all-to-all keeps 1/cp of its tensor and sends the rest
@@ -436,6 +445,17 @@ class RankBuilder {
         node.sends.push_back({ring[(me + 1) % ring.size()], bytes});
         node.mem_bytes += 2 * bytes;
         collectives_.emplace_back(id, CollectiveKind::AllGather, Group::Cp);
+      } else if (overlap_tp) {
+        // Under FP8 the userbuffers all-gathers move FP8 (one byte where bf16 has two); the
+        // reduce-scatters stay bf16 (physics.md 6).
+        const double gather = ctx_.opt.precision == Precision::Bf16 ? 1.0 : 0.5;
+        const double carried = gather * (first + (backward ? b.gather_width : 0.0)) + last * (1 - 1 / kPipelinedChunks);
+        if (carried > 0) {
+          for (int peer : group(Group::Tp))
+            if (peer != rank_) node.sends.push_back({peer, carried * per_token});
+          node.mem_bytes += 2 * carried * per_token * (tp - 1);
+          collectives_.emplace_back(id, CollectiveKind::AllGather, Group::Tp);
+        }
       } else if (tp_comm && backward && b.gather_width > 0) {
         for (int peer : group(Group::Tp))
           if (peer != rank_) node.sends.push_back({peer, b.gather_width * per_token});
@@ -443,7 +463,7 @@ class RankBuilder {
       }
       if (tp_comm && last > 0)
         block_collective(l, s, phase, c, b.symbol, Part::TpScatter, CollectiveKind::ReduceScatter, Group::Tp,
-                         last * per_token);
+                         (overlap_tp ? 1 / kPipelinedChunks : 1.0) * last * per_token);
     }
     flush();
   }
@@ -820,6 +840,7 @@ Plan build_plan(const patterns::ParsedPattern& pattern, const ModelDims& dims,
   check_schedule_config(pattern, dims, config, options);
 
   WorkTable works;
+  works.precision = options.precision;
   Context ctx{dims, config, options, pattern.mtp_depths, {}, shard_of(config), &works, MoeRoute(options.routing_skew)};
   ctx.route.dispatcher = options.dispatcher;
   ctx.route.gpus_per_node = options.nvlink_domain;
@@ -900,6 +921,7 @@ Plan build_plan(const patterns::ParsedPattern& pattern, const ModelDims& dims,
   plan.delay_wgrad = options.delay_wgrad;
   plan.ep_comm_sms = config.ep > 1 ? dispatcher_sms(options.dispatcher) : 0;
   plan.cuda_graphs = options.cuda_graphs;
+  plan.expert_load_factor = ctx.route.load_factor;
   plan.works = std::move(works.works);
   std::vector<int> offset;
   std::map<P2pKey, int> recv_ids;

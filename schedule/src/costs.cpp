@@ -381,6 +381,22 @@ double a2a_bytes(const ModelDims& d, int ep, const MoeRoute& route, Slot slot, P
   return routed_payload_bytes(d, sh) * shares[static_cast<std::size_t>(owner_share_index)] * route.load_factor;
 }
 
+std::vector<Kernel> with_precision(std::vector<Kernel> kernels, Precision precision) {
+  if (precision == Precision::Bf16) return kernels;
+  std::vector<Kernel> out;
+  out.reserve(kernels.size() * 2);
+  for (Kernel k : kernels) {
+    const bool linear = (k.kind == KernelKind::Gemm || k.kind == KernelKind::GroupedGemm) && k.delayable;
+    if (linear) {
+      const double elements = k.m * k.groups * k.k;
+      out.push_back({KernelKind::Elementwise, false, 0, 0, 0, 1, elements, 4 * elements});
+      k.fp8 = true;
+    }
+    out.push_back(k);
+  }
+  return out;
+}
+
 std::vector<Transfer> a2a_sends(const ModelDims& d, const std::vector<int>& group, int me, const MoeRoute& route,
                                 Slot slot, Phase phase, const Shard& sh) {
   const int ep = static_cast<int>(group.size());

@@ -119,7 +119,7 @@ double layer_activation_bytes(const std::string& symbols, bool mtp, const ModelD
 }
 
 MemoryBreakdown peak_memory(const patterns::ParsedPattern& pattern, const ModelDims& d, const ParallelConfig& cfg,
-                            const Plan& plan) {
+                            const Plan& plan, Precision precision) {
   // The layers of every (pp rank, chunk): the builder's split.
   std::map<std::tuple<int, int, int, bool>, std::pair<double, double>> layer_bytes;  // (pp, vp, layer, mtp) -> kept, working
   std::vector<double> dense(static_cast<std::size_t>(cfg.pp), 0), expert(static_cast<std::size_t>(cfg.pp), 0);
@@ -204,7 +204,7 @@ MemoryBreakdown peak_memory(const patterns::ParsedPattern& pattern, const ModelD
     const auto pp = static_cast<std::size_t>(rp.pp_rank);
     const double dense_d = megatron && cfg.optimizer.distributed ? double(cfg.dp) * cfg.cp : 1.0;
     const double expert_d = megatron && cfg.optimizer.distributed ? double(cfg.edp()) : 1.0;
-    const double weights = 2 * (dense[pp] + expert[pp]);
+    const double weights = (precision == Precision::Bf16 ? 2 : 3) * (dense[pp] + expert[pp]);
     const double gradients = 4 * (dense[pp] + expert[pp]);
     const double optimizer = 12 * (dense[pp] / dense_d + expert[pp] / expert_d);
     if (weights + gradients + optimizer + peak > best.total() || best.activations < 0) {

@@ -118,11 +118,13 @@ std::string plan_to_json(const Plan& plan) {
   if (plan.world != 0) j["world"] = plan.world;
   if (plan.ep_comm_sms != 0) j["ep_comm_sms"] = plan.ep_comm_sms;
   if (plan.cuda_graphs) j["cuda_graphs"] = true;
+  if (plan.expert_load_factor != 1) j["expert_load_factor"] = plan.expert_load_factor;
   ojson works = ojson::array();
   for (const Work& w : plan.works) {
     ojson kernels = ojson::array();
     for (const Kernel& k : w.kernels)
-      kernels.push_back(ojson::array({to_string(k.kind), k.delayable, k.m, k.n, k.k, k.groups, k.flops, k.bytes}));
+      kernels.push_back(k.fp8 ? ojson::array({to_string(k.kind), k.delayable, k.m, k.n, k.k, k.groups, k.flops, k.bytes, true})
+                              : ojson::array({to_string(k.kind), k.delayable, k.m, k.n, k.k, k.groups, k.flops, k.bytes}));
     works.push_back(std::move(kernels));
   }
   j["works"] = std::move(works);
@@ -209,6 +211,7 @@ Plan plan_from_json(std::string_view text) {
     if (top.has("world")) plan.world = top.integer("world");
     if (top.has("ep_comm_sms")) plan.ep_comm_sms = top.integer("ep_comm_sms");
     if (top.has("cuda_graphs")) plan.cuda_graphs = top.boolean("cuda_graphs");
+    if (top.has("expert_load_factor")) plan.expert_load_factor = top.number("expert_load_factor");
     const json& works = top.array("works");
     for (std::size_t i = 0; i < works.size(); ++i) {
       const std::string where = "plan.works[" + std::to_string(i) + "]";
@@ -217,8 +220,9 @@ Plan plan_from_json(std::string_view text) {
       for (std::size_t k = 0; k < works[i].size(); ++k) {
         const json& e = works[i][k];
         const std::string at = where + "[" + std::to_string(k) + "]";
-        if (!e.is_array() || e.size() != 8 || !e[0].is_string() || !e[1].is_boolean())
-          bad(at + " must be [kind, delayable, m, n, k, groups, flops, bytes], got " + e.dump());
+        if (!e.is_array() || (e.size() != 8 && e.size() != 9) || !e[0].is_string() || !e[1].is_boolean() ||
+            (e.size() == 9 && !e[8].is_boolean()))
+          bad(at + " must be [kind, delayable, m, n, k, groups, flops, bytes(, fp8)], got " + e.dump());
         const auto kind = kernel_kind_from_string(e[0].get<std::string>());
         if (!kind) bad(at + " has the unknown kernel kind " + e[0].dump());
         Kernel kernel{*kind, e[1].get<bool>()};
@@ -228,6 +232,7 @@ Plan plan_from_json(std::string_view text) {
             bad(at + " field " + std::to_string(f + 2) + " must be a finite number >= 0, got " + e[f + 2].dump());
           *fields[f] = e[f + 2].get<double>();
         }
+        kernel.fp8 = e.size() == 9 && e[8].get<bool>();
         w.kernels.push_back(kernel);
       }
       plan.works.push_back(std::move(w));

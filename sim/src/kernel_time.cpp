@@ -80,7 +80,7 @@ double memory_seconds(double bytes, const GpuSpec& gpu) {
 
 }  // namespace
 
-double gemm_rate(double m, double n, double k, const GpuSpec& gpu) {
+double gemm_rate(double m, double n, double k, const GpuSpec& gpu, bool fp8) {
   // Trilinear interpolation in log2 of each size. Sizes beyond the table take its edge: above
   // 4096 a GEMM runs at the 4096 rate (the large-shape plateau, 780 of MAMF's 794.5 TFLOP/s);
   // below 256 it takes as long as the 256 GEMM (one row of tiles; the kernel's latency), so the
@@ -106,19 +106,21 @@ double gemm_rate(double m, double n, double k, const GpuSpec& gpu) {
     }
     if (w > 0) tflops += w * kSm90Tflops[at[0] * kGrid + at[1]][at[2]];
   }
-  return scale * tflops * 1e12 / (kSm90PeakTflops * 1e12) * gpu.peak_flops * (gpu.gemm_efficiency / kSm90BestFraction);
+  const double peak = fp8 ? gpu.fp8_peak_flops : gpu.peak_flops;
+  const double best = fp8 ? gpu.fp8_gemm_efficiency : gpu.gemm_efficiency;
+  return scale * tflops * 1e12 / (kSm90PeakTflops * 1e12) * peak * (best / kSm90BestFraction);
 }
 
-double gemm_seconds(double m, double n, double k, double groups, double bytes, const GpuSpec& gpu) {
+double gemm_seconds(double m, double n, double k, double groups, double bytes, const GpuSpec& gpu, bool fp8) {
   if (m <= 0 || n <= 0 || k <= 0 || groups <= 0) return memory_seconds(bytes, gpu);
-  const double one = 2 * m * n * k / gemm_rate(m, n, k, gpu);
+  const double one = 2 * m * n * k / gemm_rate(m, n, k, gpu, fp8);
   double seconds = one;
   if (groups > 1) {
     // One GEMM per group on up to kGroupedGemmStreams streams: they run side by side while
     // their tiles (128 x 128) fit on the SMs together, and never beat one GEMM of all the rows.
     const double tiles = std::ceil(m / 128) * std::ceil(n / 128);
     const double side_by_side = std::clamp(std::floor(gpu.sms / tiles), 1.0, std::min(kGroupedGemmStreams, groups));
-    const double fused = 2 * m * groups * n * k / gemm_rate(m * groups, n, k, gpu);
+    const double fused = 2 * m * groups * n * k / gemm_rate(m * groups, n, k, gpu, fp8);
     seconds = std::max(groups * one / side_by_side, fused);
   }
   return std::max(seconds, memory_seconds(bytes, gpu));
@@ -144,9 +146,11 @@ double kernel_seconds(const Kernel& kn, Phase phase, bool delay_wgrad, const Gpu
     case KernelKind::Gemm:
     case KernelKind::GroupedGemm: {
       // Forward (m x k)(k x n); data gradient (m x n)(n x k); weight gradient (k x m)(m x n), per group.
-      const double forward = gemm_seconds(kn.m, kn.n, kn.k, kn.groups, kn.bytes, gpu);
-      const double dgrad = gemm_seconds(kn.m, kn.k, kn.n, kn.groups, kn.bytes, gpu);
-      const double wgrad = gemm_seconds(kn.k, kn.n, kn.m, kn.groups, kn.bytes, gpu);
+      // FP8 moves one byte an element where BF16 moves two.
+      const double bytes = kn.fp8 ? kn.bytes / 2 : kn.bytes;
+      const double forward = gemm_seconds(kn.m, kn.n, kn.k, kn.groups, bytes, gpu, kn.fp8);
+      const double dgrad = gemm_seconds(kn.m, kn.k, kn.n, kn.groups, bytes, gpu, kn.fp8);
+      const double wgrad = gemm_seconds(kn.k, kn.n, kn.m, kn.groups, bytes, gpu, kn.fp8);
       if (phase == Phase::Weight) return wgrad;
       if (!backward) return forward;
       return dgrad + (delay_wgrad && kn.delayable ? 0.0 : wgrad);

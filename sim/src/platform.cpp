@@ -93,6 +93,10 @@ const std::map<std::string, Setter, std::less<>>& setters() {
          if (s.gpu.attention_scale > 1.6) fail("'attention_scale' must be <= 1.6 (efficiency above peak), got " + std::string(v));
        }},
       {"scan_efficiency", [](PlatformSpec& s, auto k, auto v) { s.gpu.scan_efficiency = fraction(k, v); }},
+      {"fp8_peak_tflops", [](PlatformSpec& s, auto k, auto v) { s.gpu.fp8_peak_flops = positive(k, v) * 1e12; }},
+      {"fp8_gemm_efficiency", [](PlatformSpec& s, auto k, auto v) { s.gpu.fp8_gemm_efficiency = fraction(k, v); }},
+      {"permute_efficiency", [](PlatformSpec& s, auto k, auto v) { s.gpu.permute_efficiency = fraction(k, v); }},
+      {"nccl_sms", [](PlatformSpec& s, auto k, auto v) { s.gpu.nccl_sms = count(k, v, 0); }},
   };
   return table;
 }
@@ -127,6 +131,7 @@ PlatformSpec preset(std::string_view name) {
     s.name = "dgx-h200";
     s.gpu.hbm_bytes_per_s = 4.8e12;
     s.gpu.hbm_bytes = 141e9;
+    s.gpu.fp8_gemm_efficiency = 0.734;  // MAMF: 1453.4 of 1979 TFLOP/s
     return s;
   }
   if (name == "dgx-b200" || name == "gb200-nvl72") {
@@ -142,6 +147,11 @@ PlatformSpec preset(std::string_view name) {
     s.gpu.hbm_bytes_per_s = 8e12;
     s.gpu.hbm_bytes = rack ? 186e9 : 180e9;
     s.gpu.gemm_efficiency = rack ? 0.729 : 0.776;  // MAMF best-shape BF16: GB200 72.9 %, B200 77.6 %
+    // FP8 dense peak twice BF16's (DGX B200 datasheet 4.5 PFLOPS; GB200 5 PFLOPS); best shape
+    // 76.3 % on B200 (MAMF), GB200 scaled by its BF16 ratio (derived).
+    s.gpu.fp8_peak_flops = 2 * s.gpu.peak_flops;
+    s.gpu.fp8_gemm_efficiency = rack ? 0.763 * 0.729 / 0.776 : 0.763;
+    s.gpu.mxfp8 = true;
     s.gpu.attention_scale = 0.71 / 0.655;
     return s;
   }

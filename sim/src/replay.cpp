@@ -389,13 +389,13 @@ struct ReplayState {
   // kernel holds (SM sharing: compute keeps (S - s) of S SMs). A background execution of weight
   // w next to compute of weight 1 leaves the compute 1/(1 + w) of the GPU: w = f - 1, or
   // s / (S - s). Several comm kernels at once add their weights (to first order their SMs). A
-  // compute node that carries the collective itself (CP ring, TP overlap) gets no slowdown from
-  // it here: its kernels are priced for the SMs they have. The CPU backend shares no SMs.
+  // compute node that carries a collective (CP ring, TP overlap, the backward's re-gather) shares
+  // the GPU with it the same way. The CPU backend shares no SMs.
   sg4::ExecPtr start_interference(const Node& node) const {
     double weight = 0;
     if (costs.interference_factor > 1) {
       weight = costs.interference_factor - 1;
-    } else if (shared_cpu == nullptr && node.stream != Stream::Compute && platform.gpu.sms > 0) {
+    } else if (shared_cpu == nullptr && platform.gpu.sms > 0) {
       const double s = std::min(comm_sms(node), platform.gpu.sms - 1);
       weight = s / (platform.gpu.sms - s);
     }

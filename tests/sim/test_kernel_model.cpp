@@ -47,6 +47,19 @@ TEST_CASE("beyond the measured grid: large sizes hold the edge rate, small ones 
         Approx(gemm_seconds(4096, 4096, 4096, 1, 0, h100) * (989.0 / 2250) * (0.803 / 0.776)));
 }
 
+TEST_CASE("an FP8 GEMM runs the measured shape curve at the FP8 peak and its best fraction", "[sim][kernels]") {
+  const GpuSpec h100 = preset("dgx-h100").gpu;
+  // 4096^3: 780.2 of 989 TFLOP/s in BF16, i.e. 780.2/794.5 of the best shape; FP8's best shape is
+  // 1402.6 of 1979 TFLOP/s (MAMF), so this shape runs at 780.2/989 x 1979 x 0.709/0.803.
+  const double rate = 780.2 / 989 * 1979e12 * 0.709 / 0.803;
+  CHECK(gemm_seconds(4096, 4096, 4096, 1, 0, h100, true) == Approx(2 * 4096.0 * 4096 * 4096 / rate).epsilon(1e-9));
+  const Kernel bf16{KernelKind::Gemm, true, 4096, 4096, 4096, 1, 0, 0};
+  Kernel fp8 = bf16;
+  fp8.fp8 = true;
+  CHECK(kernel_seconds(fp8, Phase::Forward, false, h100) / kernel_seconds(bf16, Phase::Forward, false, h100) ==
+        Approx(989.0 * 0.803 / (1979 * 0.709)));
+}
+
 TEST_CASE("a grouped GEMM runs one GEMM per expert, up to four side by side while their tiles fit",
           "[sim][kernels]") {
   const GpuSpec h100 = preset("dgx-h100").gpu;

@@ -129,6 +129,13 @@ double routed_copies(const ModelDims& dims, int ep, int ep_rank, const MoeRoute&
 // share[from]).
 double a2a_bytes(const ModelDims& dims, int ep, const MoeRoute& route, Slot slot, Phase phase,
                  int from, int to, const Shard& shard = {});
+// The kernels of a node under a GEMM number format (physics.md 6): with fp8 or mxfp8 every
+// Transformer Engine linear layer (the delayable GEMMs: not the router, not the output layer)
+// runs in FP8 and first quantizes its input: a cast reading the bf16 rows once and writing them
+// in FP8 twice (row-wise, and the column-wise copy Hopper's wgrad/dgrad need), 4 bytes an
+// element; the backward casts the output gradient the same way (the elementwise backward).
+std::vector<Kernel> with_precision(std::vector<Kernel> kernels, Precision precision);
+
 // One rank's transfers in a dispatch or combine node over its EP group (`group`: the global
 // ranks, `me`: this rank's index in it), by the route's dispatcher (megatron-parallel.md 9.1,
 // physics.md 2.4):

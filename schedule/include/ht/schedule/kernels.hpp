@@ -30,6 +30,7 @@ struct Kernel {
   double groups = 1;           // GroupedGemm: GEMMs in the group
   double flops = 0;            // forward floating-point operations
   double bytes = 0;            // forward HBM traffic
+  bool fp8 = false;            // GEMM in FP8 (Transformer Engine's linear layers under --precision fp8)
   bool operator==(const Kernel&) const = default;
 };
 

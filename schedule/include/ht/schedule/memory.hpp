@@ -33,7 +33,9 @@ struct MemoryBreakdown {
 double layer_activation_bytes(const std::string& symbols, bool mtp, const ModelDims& dims,
                               const ParallelConfig& config, double* working = nullptr);
 
+// Under an FP8 `precision` Transformer Engine keeps an FP8 copy of every linear layer's weights
+// beside the bf16 ones (physics.md 6): one byte more per parameter.
 MemoryBreakdown peak_memory(const patterns::ParsedPattern& pattern, const ModelDims& dims,
-                            const ParallelConfig& config, const Plan& plan);
+                            const ParallelConfig& config, const Plan& plan, Precision precision = Precision::Bf16);
 
 }  // namespace ht::schedule

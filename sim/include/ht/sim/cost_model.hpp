@@ -116,8 +116,9 @@ struct CostModel {
 // efficiency: FlashAttention-3's figures by sequence length (causal forward; backward = full
 // backward x causal/full forward), scaled by head size.
 // Achieved FLOP/s of one (m x k)(k x n) BF16 GEMM on `gpu` (the measured sm_90 table, scaled).
-double gemm_rate(double m, double n, double k, const GpuSpec& gpu);
-double gemm_seconds(double m, double n, double k, double groups, double bytes, const GpuSpec& gpu);
+// With fp8: the same shape curve at the GPU's FP8 peak and best FP8 fraction.
+double gemm_rate(double m, double n, double k, const GpuSpec& gpu, bool fp8 = false);
+double gemm_seconds(double m, double n, double k, double groups, double bytes, const GpuSpec& gpu, bool fp8 = false);
 double attention_efficiency(double seq, double head_dim, bool backward, const GpuSpec& gpu);
 double kernel_seconds(const schedule::Kernel& kernel, schedule::Phase phase, bool delay_wgrad, const GpuSpec& gpu);
 // Kernels launched for `kernel` in `phase`: a GEMM once forward, data and weight gradient

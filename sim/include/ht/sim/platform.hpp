@@ -15,6 +15,9 @@
 //                      sm_90 table of GEMM rates by shape is scaled by it over H100's
 //   attention_scale    the flash-attention efficiency curve's scale (1 = FlashAttention-3 on Hopper)
 //   scan_efficiency    fraction of peak the recurrences' (Mamba2 SSD, GDN) chunked kernels reach
+//   fp8_peak_tflops, fp8_gemm_efficiency  FP8 GEMMs (--precision fp8): dense peak, best fraction
+//   permute_efficiency fraction of HBM bandwidth MoE permutation kernels reach
+//   nccl_sms           SMs an NCCL collective's kernel holds (compute beside it keeps the rest)
 //   oversubscription   fat-tree leaf oversubscription (1 = full bisection)
 //   nodes, gpus_per_node  cluster size; nodes = 0 means "as many as the plan needs"
 //   nvlink_ingress     1: a GPU's NVLink port caps what it receives as well as what it sends;
@@ -65,6 +68,12 @@ struct GpuSpec {
   double hbm_bytes = 80e9;           // HBM capacity
   int sms = 132;                     // streaming multiprocessors
   double gemm_efficiency = 0.803;    // best-shape cuBLAS BF16 rate / peak (MAMF: 794.5 of 989 on H100)
+  // FP8 GEMMs (--precision fp8|mxfp8): dense FP8 peak and the best-shape fraction of it (MAMF's
+  // torch._scaled_mm: H100 1402.6 of 1979, H200 1453.4, B200 3432.5 of 4500; physics.md 1.3),
+  // applied to the measured BF16 rates by shape; MXFP8 only where the GPU has it (Blackwell).
+  double fp8_peak_flops = 1979e12;
+  double fp8_gemm_efficiency = 0.709;
+  bool mxfp8 = false;
   double attention_scale = 1.0;      // scale of the flash-attention efficiency curve
   double scan_efficiency = 0.35;     // chunked recurrence kernels (placeholder: no published figure)
   // MoE permute/unpermute kernels: 30-50 % of HBM (TileOPs' and vLLM's H200 permute benchmarks,

@@ -56,7 +56,8 @@ bool higher_is_better(const std::string& key) { return key == "model_tflops_per_
 
 const std::set<std::string>& known_metrics() {
   static const std::set<std::string> keys{"step_time_s",  "model_tflops_per_gpu", "tokens_per_s",  "mfu",
-                                          "compute_busy_s", "a2a_total_s",         "a2a_exposed_s", "memory_gib"};
+                                          "compute_busy_s", "a2a_total_s",         "a2a_exposed_s", "memory_gib",
+                                          "layer_compute_s"};
   return keys;
 }
 

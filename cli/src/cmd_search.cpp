@@ -14,9 +14,12 @@
 #include <cstring>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <regex>
+
+#include <sys/mman.h>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -86,85 +89,150 @@ std::string rule_of(const std::string& message) {
   return m.size() > 110 ? m.substr(0, 107) + "..." : m;
 }
 
+// Seconds a node takes at least, alone on its GPU: a compute node its kernels (or the host that
+// launches them); a transfer its bytes over the sender's own NVLink or NIC port, uncontended, a
+// ring collective's volume split over NVLink and the NIC as the replay's rings split it.
+// Compute seconds are cached per (work, phase), as the replay does: many nodes share a work.
+double node_floor(const Setup& s, const hs::Plan& plan, const hs::Node& n, std::map<std::pair<int, int>, double>& cache) {
+  double cost = 0;
+  if (n.stream == hs::Stream::Compute && n.part != hs::Part::TpGather && n.part != hs::Part::TpScatter &&
+      n.part != hs::Part::CpExchange) {
+    const hs::Work* work = n.work >= 0 ? &plan.works[static_cast<std::size_t>(n.work)] : nullptr;
+    if (work == nullptr || !s.costs.measured_s.empty()) {
+      cost = s.costs.compute_seconds(n, s.platform.gpu, work, plan.delay_wgrad, plan.cuda_graphs);
+    } else {
+      const auto key = std::make_pair(n.work, static_cast<int>(n.phase));
+      const auto it = cache.find(key);
+      cost = it != cache.end() ? it->second
+                               : (cache[key] = s.costs.compute_seconds(n, s.platform.gpu, work, plan.delay_wgrad,
+                                                                       plan.cuda_graphs));
+    }
+  }
+  if (n.sends.empty()) return cost;
+  const int me = plan.original_rank(n.rank), per_node = std::max(1, s.platform.gpus_per_node);
+  double intra = 0, inter = 0;
+  for (const auto& t : n.sends)
+    if (t.peer != me) (t.peer / per_node == me / per_node ? intra : inter) += t.bytes;
+  const hs::Collective* col = n.collective >= 0 ? &plan.collectives[static_cast<std::size_t>(n.collective)] : nullptr;
+  if (col != nullptr && (col->kind == hs::CollectiveKind::AllReduce || col->kind == hs::CollectiveKind::AllGather ||
+                         col->kind == hs::CollectiveKind::ReduceScatter)) {
+    std::vector<int> members = col->ranks;
+    if (members.empty())
+      for (int id : col->nodes) members.push_back(plan.original_rank(plan.node(id).rank));
+    double local = 0;
+    bool spans = false;
+    for (int r : members) {
+      local += r / per_node == me / per_node;
+      spans = spans || r / per_node != me / per_node;
+    }
+    const double volume = intra + inter;
+    inter = spans ? volume / local : 0;
+    intra = volume - inter;
+  }
+  return std::max({cost, intra / s.platform.nvlink_effective(), inter / s.platform.nic_effective()});
+}
+
+// A lower bound on the step of a plan built with `short_microbatches` of the layout's
+// `microbatches` (every microbatch runs the same nodes, so a rank's work of m microbatches is its
+// microbatch nodes' work times m / m'). Per pipeline rank r:
+//  - busy: its compute stream's nodes at their floors; without the EP overlap a microbatch's
+//    compute waits for each of its all-to-alls, so those count too (with it: the larger of
+//    compute and all-to-all); its other streams' totals bound it as well. A comm kernel holds s
+//    of the S SMs while it runs: overlapped, it slows the compute beside it by s/S of its time;
+//    alone, it adds all of its time. Either way a comm stream of total C adds at least C s / S to
+//    the compute stream's work (the largest such term is taken: comm kernels may overlap each
+//    other);
+//  - fill: its first forward (microbatch 0, chunk 0) needs every earlier stage's forward of that
+//    chunk first; drain: after its last backward (the last microbatch's chunk 0) every earlier
+//    stage runs that chunk's backward in turn.
+//  - the data-parallel step: the first forward waits for the first parameter gather; after the
+//    last backward the last gradient reduction runs, then the optimizer step.
+// step >= max over r of fill + busy and of fill + microbatch work + the larger of the drain and
+// the last reduction plus the optimizer (weight gradients and the optimizer are not followed by
+// the drain).
+double stage_bound(const Setup& s, const hs::Plan& plan, int microbatches, int short_microbatches) {
+  const double scale = double(microbatches) / short_microbatches;
+  struct Rank {
+    int pp = 0;
+    double compute = 0, compute_mb = 0, a2a = 0, streams[3] = {0, 0, 0}, first_forward = 0, last_backward = 0;
+    double first_gather = 0, last_reduce = 0, optimizer = 0;  // the data-parallel step around the microbatches
+  };
+  std::vector<Rank> ranks(plan.ranks.size());
+  std::map<std::pair<int, int>, double> cache;
+  for (std::size_t r = 0; r < plan.ranks.size(); ++r) {
+    Rank& rk = ranks[r];
+    rk.pp = plan.ranks[r].pp_rank;
+    // The first forward waits for the first parameter gather issued on the dp stream; the
+    // optimizer step waits for the last gradient reduction, which waits for the last backward.
+    bool first = true;
+    for (int id : plan.ranks[r].issue) {
+      const hs::Node& n = plan.node(id);
+      if (n.stream != hs::Stream::Dp) continue;
+      if (first && n.slot == hs::Slot::ParamGather) rk.first_gather = node_floor(s, plan, n, cache);
+      first = false;
+      if (n.slot == hs::Slot::GradAllReduce) rk.last_reduce = node_floor(s, plan, n, cache);
+    }
+  }
+  for (const hs::Node& n : plan.nodes) {
+    Rank& rk = ranks[static_cast<std::size_t>(n.rank)];
+    const bool per_mb = n.microbatch >= 0;
+    const double cost = node_floor(s, plan, n, cache) * (per_mb ? scale : 1.0);
+    rk.streams[static_cast<int>(n.stream)] += cost;
+    const bool a2a = n.stream == hs::Stream::Comm && (n.slot == hs::Slot::Dispatch || n.slot == hs::Slot::Combine);
+    if (n.stream == hs::Stream::Compute) rk.compute += cost;
+    if (n.slot == hs::Slot::OptimizerStep) rk.optimizer += cost;
+    if (a2a) rk.a2a += cost;
+    if (n.stream == hs::Stream::Compute || (a2a && !plan.overlap))
+      if (per_mb && n.phase != hs::Phase::Weight) rk.compute_mb += cost;
+    // The first microbatch's chunk 0 (the same work as every microbatch's): its forward chain
+    // and its backward chain, compute and all-to-alls.
+    if (n.microbatch == 0 && n.vp_stage == 0 && (n.stream == hs::Stream::Compute || a2a)) {
+      const double once = cost / scale;
+      if (n.phase == hs::Phase::Forward) rk.first_forward += once;
+      else if (n.phase == hs::Phase::Backward) rk.last_backward += once;
+    }
+  }
+  std::map<int, std::pair<double, double>> stage;  // pp rank -> (forward, backward) of chunk 0
+  for (const Rank& rk : ranks) {
+    auto& [f, b] = stage[rk.pp];
+    f = std::max(f, rk.first_forward);
+    b = std::max(b, rk.last_backward);
+  }
+  double bound = 0;
+  for (const Rank& rk : ranks) {
+    double fill = 0, drain = 0;
+    for (const auto& [pp, fb] : stage)
+      if (pp < rk.pp) fill += fb.first, drain += fb.second;
+    const double sms = std::max(1, s.platform.gpu.sms);
+    const double ep_sms = plan.ep_comm_sms > 0 ? plan.ep_comm_sms : s.platform.gpu.nccl_sms;
+    const double shared = std::max((plan.overlap ? rk.a2a * ep_sms : 0.0), rk.streams[2] * s.platform.gpu.nccl_sms) / sms;
+    const double busy = plan.overlap ? std::max(rk.compute + shared, rk.a2a) : rk.compute + rk.a2a + shared;
+    fill += rk.first_gather;
+    const double after = std::max(drain, rk.last_reduce + rk.optimizer);
+    bound = std::max({bound, fill + busy, fill + rk.compute_mb + after, rk.streams[0], rk.streams[1], rk.streams[2]});
+  }
+  return bound;
+}
+
 // Phase 1 of one candidate: refused (with the reason), does not fit (with its memory), or the
-// lower bound on its step: the busiest rank's compute nodes priced alone, nothing waited for.
+// lower bound on its step (stage_bound). Both come from a plan of saturated_microbatches, which
+// reaches the full plan's memory peak (schedule/memory.hpp) at a fraction of its size.
 nlohmann::json assess(const Setup& base, const SearchArgs& a, const Candidate& c) {
   try {
-    const Setup s = setup_of(base, a, c);
+    Setup s = setup_of(base, a, c);
     const auto parsed = ht::patterns::parse(s.pattern);
+    // The schedule's rules first (what build_plan checks), so that refusals count the same;
+    // then state alone too large needs no plan to know.
+    hs::check_schedule_config(parsed, s.dims, s.parallel, build_options(s));
+    const double state = hs::state_memory(parsed, s.dims, s.parallel, s.options.precision);
+    if (state > s.platform.gpu.hbm_bytes) return {{"status", "memory"}, {"memory_gib", state / kGiB}};
+    const int microbatches = s.parallel.microbatches;
+    s.parallel.microbatches = hs::saturated_microbatches(s.parallel, s.options.overlap);
     const hs::Plan plan = hs::build_plan(parsed, s.dims, s.parallel, build_options(s));
     const hs::MemoryBreakdown m = hs::peak_memory(parsed, s.dims, s.parallel, plan, s.options.precision);
     if (m.total() > s.platform.gpu.hbm_bytes)
       return {{"status", "memory"}, {"memory_gib", m.total() / kGiB}};
-    // The longest path through the plan with every compute node at its kernels' time and every
-    // transfer at its bytes over the sender's own NVLink or NIC port, uncontended: a node starts
-    // after its dependencies and after the node before it on its stream, so no replay can finish
-    // sooner (this counts the pipeline's fill and drain too).
-    std::vector<std::vector<int>> preds(plan.nodes.size());
-    for (const auto& n : plan.nodes) preds[static_cast<std::size_t>(n.id)] = n.deps;
-    for (const auto& rp : plan.ranks) {
-      std::map<hs::Stream, int> last;
-      for (int id : rp.issue) {
-        const hs::Stream st = plan.node(id).stream;
-        const auto it = last.find(st);
-        if (it != last.end()) preds[static_cast<std::size_t>(id)].push_back(it->second);
-        last[st] = id;
-      }
-    }
-    std::vector<int> indegree(plan.nodes.size(), 0);
-    std::vector<std::vector<int>> succs(plan.nodes.size());
-    for (std::size_t i = 0; i < preds.size(); ++i)
-      for (int d : preds[i]) {
-        succs[static_cast<std::size_t>(d)].push_back(static_cast<int>(i));
-        ++indegree[i];
-      }
-    std::vector<double> finish(plan.nodes.size(), 0);
-    std::vector<int> ready;
-    for (std::size_t i = 0; i < indegree.size(); ++i)
-      if (indegree[i] == 0) ready.push_back(static_cast<int>(i));
-    double bound = 0;
-    while (!ready.empty()) {
-      const int id = ready.back();
-      ready.pop_back();
-      const hs::Node& n = plan.node(id);
-      double start = 0;
-      for (int d : preds[static_cast<std::size_t>(id)]) start = std::max(start, finish[static_cast<std::size_t>(d)]);
-      double cost = 0;
-      if (n.stream == hs::Stream::Compute && n.part != hs::Part::TpGather && n.part != hs::Part::TpScatter &&
-          n.part != hs::Part::CpExchange) {
-        const hs::Work* work = n.work >= 0 ? &plan.works[static_cast<std::size_t>(n.work)] : nullptr;
-        cost = s.costs.compute_seconds(n, s.platform.gpu, work, plan.delay_wgrad, plan.cuda_graphs);
-      }
-      if (!n.sends.empty()) {
-        // A transfer takes at least its bytes over the sender's own port, uncontended; a ring
-        // collective's volume splits over NVLink and the NIC as the replay's rings do.
-        const int me = plan.original_rank(n.rank), per_node = std::max(1, s.platform.gpus_per_node);
-        double intra = 0, inter = 0;
-        for (const auto& t : n.sends)
-          if (t.peer != me) (t.peer / per_node == me / per_node ? intra : inter) += t.bytes;
-        const hs::Collective* col = n.collective >= 0 ? &plan.collectives[static_cast<std::size_t>(n.collective)] : nullptr;
-        if (col != nullptr && (col->kind == hs::CollectiveKind::AllReduce || col->kind == hs::CollectiveKind::AllGather ||
-                               col->kind == hs::CollectiveKind::ReduceScatter)) {
-          std::vector<int> members = col->ranks;
-          if (members.empty())
-            for (int id2 : col->nodes) members.push_back(plan.original_rank(plan.node(id2).rank));
-          double local = 0;
-          bool spans = false;
-          for (int r : members) {
-            local += r / per_node == me / per_node;
-            spans = spans || r / per_node != me / per_node;
-          }
-          const double volume = intra + inter;
-          inter = spans ? volume / local : 0;
-          intra = volume - inter;
-        }
-        cost = std::max({cost, intra / s.platform.nvlink_effective(), inter / s.platform.nic_effective()});
-      }
-      finish[static_cast<std::size_t>(id)] = start + cost;
-      bound = std::max(bound, start + cost);
-      for (int next : succs[static_cast<std::size_t>(id)])
-        if (--indegree[static_cast<std::size_t>(next)] == 0) ready.push_back(next);
-    }
+    const double bound = stage_bound(s, plan, microbatches, s.parallel.microbatches);
     return {{"status", "ok"}, {"bound_s", bound}, {"memory_gib", m.total() / kGiB}};
   } catch (const std::exception& e) {
     return {{"status", "refused"}, {"reason", rule_of(e.what())}};
@@ -175,7 +243,7 @@ nlohmann::json simulate_candidate(const Setup& base, const SearchArgs& a, const 
   try {
     sim::ReplayOptions ro;
     ro.fold = true;
-    return summary_json(simulate(setup_of(base, a, c), ro, false));
+    return summary_json(simulate(setup_of(base, a, c), ro, false, true));
   } catch (const std::exception& e) {
     return {{"error", e.what()}};
   }
@@ -255,7 +323,8 @@ std::string job_command(const SearchArgs& a, const Setup& base, const Candidate&
     << c.cp << " --pp " << c.pp << " --vpp " << c.vpp << " --ep " << c.ep << " --etp " << c.etp << " --mbs " << c.mbs
     << " --recompute " << (c.recompute == "none" ? "none" : c.recompute) << (c.overlap ? " --overlap" : " --no-overlap")
     << " --moe-dispatcher " << a.physics.dispatcher << " --routing " << a.physics.routing << " --precision "
-    << a.physics.precision << (a.physics.tp_comm_overlap ? " --tp-comm-overlap" : "") << " --json > '" << out << "'";
+    << a.physics.precision << " --moe-dispatch-dtype " << a.physics.dispatch_dtype
+    << (a.physics.tp_comm_overlap ? " --tp-comm-overlap" : "") << " --json > '" << out << "'";
   return o.str();
 }
 
@@ -321,43 +390,72 @@ int run_search(const SearchArgs& a) {
     return 0;
   }
 
-  // Phase 2: simulate in the order of the bound, a batch of -j at a time, until the bound of the
-  // next layout exceeds the K-th best step found (it cannot enter the table).
+  // Phase 2: simulate in the order of the bound, each worker taking the next layout as it frees
+  // up, and skip a layout whose bound exceeds the K-th best step found so far (it cannot enter
+  // the table). The workers share the steps they find through one array in shared memory, so the
+  // skipping needs no barrier; the table does not depend on -j (what is skipped could not be in
+  // it), only the count of replays may.
   std::sort(ok.begin(), ok.end(), [&](int x, int y) {
     const double bx = assessed[static_cast<std::size_t>(x)]["bound_s"], by = assessed[static_cast<std::size_t>(y)]["bound_s"];
     return bx != by ? bx < by : x < y;
   });
+  const std::size_t slots = std::max<std::size_t>(1, ok.size());
+  void* shared = mmap(nullptr, slots * sizeof(double), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (shared == MAP_FAILED) throw std::runtime_error(std::string("mmap: ") + std::strerror(errno));
+  auto* steps = static_cast<double*>(shared);
+  for (std::size_t i = 0; i < slots; ++i) steps[i] = std::numeric_limits<double>::infinity();
+  std::vector<int> order(ok.size());
+  for (std::size_t i = 0; i < ok.size(); ++i) order[i] = static_cast<int>(i);
+  auto kth_best = [&] {
+    std::vector<double> found;
+    for (std::size_t i = 0; i < ok.size(); ++i) {
+      double v = 0;
+      __atomic_load(&steps[i], &v, __ATOMIC_RELAXED);
+      if (std::isfinite(v)) found.push_back(v);
+    }
+    if (found.size() < static_cast<std::size_t>(a.top)) return std::numeric_limits<double>::infinity();
+    std::nth_element(found.begin(), found.begin() + (a.top - 1), found.end());
+    return found[static_cast<std::size_t>(a.top) - 1];
+  };
+  const auto got = parallel_map(
+      order, a.jobs, "search: simulating",
+      [&](int pos) -> nlohmann::json {
+        const int i = ok[static_cast<std::size_t>(pos)];
+        if (!a.no_prune && assessed[static_cast<std::size_t>(i)]["bound_s"].get<double>() > kth_best())
+          return {{"pruned", true}};
+        nlohmann::json r = simulate_candidate(base, a, all[static_cast<std::size_t>(i)]);
+        if (!r.contains("error")) {
+          double step = r["step_time_s"].get<double>();
+          __atomic_store(&steps[pos], &step, __ATOMIC_RELAXED);
+        }
+        return r;
+      },
+      [](const std::vector<nlohmann::json>& so_far) {
+        const nlohmann::json* best = nullptr;
+        for (const auto& r : so_far)
+          if (r.is_object() && r.contains("step_time_s") &&
+              (best == nullptr || r["step_time_s"].get<double>() < (*best)["step_time_s"].get<double>()))
+            best = &r;
+        if (best == nullptr) return std::string();
+        const auto& l = (*best)["layout"];
+        return "; best so far tp " + std::to_string(l["tp"].get<int>()) + " pp " + std::to_string(l["pp"].get<int>()) +
+               " vpp " + std::to_string(l["vpp"].get<int>()) + " ep " + std::to_string(l["ep"].get<int>()) + ": " +
+               ms((*best)["step_time_s"].get<double>());
+      });
+  munmap(shared, slots * sizeof(double));
   std::vector<nlohmann::json> results;
   std::size_t next = 0;
   int failed = 0;
-  double next_report = 1;
-  const auto t0 = std::chrono::steady_clock::now();
-  while (next < ok.size()) {
-    if (!a.no_prune && results.size() >= static_cast<std::size_t>(a.top)) {
-      sort_results(results);
-      const double kth = results[static_cast<std::size_t>(a.top) - 1]["step_time_s"];
-      if (assessed[static_cast<std::size_t>(ok[next])]["bound_s"].get<double>() > kth) break;
+  for (std::size_t k = 0; k < got.size(); ++k) {
+    if (got[k].contains("pruned")) continue;
+    ++next;
+    if (got[k].contains("error")) {
+      ++failed;
+      continue;
     }
-    const std::size_t end = std::min(ok.size(), next + static_cast<std::size_t>(a.jobs));
-    const std::vector<int> batch(ok.begin() + static_cast<std::ptrdiff_t>(next), ok.begin() + static_cast<std::ptrdiff_t>(end));
-    const auto got = parallel_map(batch, a.jobs, "",
-                                  [&](int i) { return simulate_candidate(base, a, all[static_cast<std::size_t>(i)]); });
-    for (std::size_t k = 0; k < got.size(); ++k) {
-      if (got[k].contains("error")) {
-        ++failed;
-        continue;
-      }
-      results.push_back(got[k]);
-      results.back()["bound_s"] = assessed[static_cast<std::size_t>(batch[k])]["bound_s"];
-    }
-    next = end;
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (elapsed >= next_report) {
-      std::fprintf(stderr, "\rsearch: simulated %zu of at most %zu, %.0f s   ", next, ok.size(), elapsed);
-      next_report = elapsed + 1;
-    }
+    results.push_back(got[k]);
+    results.back()["bound_s"] = assessed[static_cast<std::size_t>(ok[k])]["bound_s"];
   }
-  if (next_report > 1) std::fprintf(stderr, "\n");
   sort_results(results);
   std::cerr << "search: simulated " << next << ", " << ok.size() - next << " pruned by the lower bound"
             << (failed > 0 ? ", " + std::to_string(failed) + " failed to simulate" : std::string()) << "\n";

@@ -423,7 +423,7 @@ const Registration reg{{
       add_physics_flags(sub, a->physics);
       const char* twin = "Twin";
       sub.add_option("--platform", a->platform,
-                     "PRESET[:key=value,...] (presets dgx-h100, dgx-h200, dgx-b200, gb200-nvl72) or FILE.xml[:key=value,...]; keys: "
+                     "PRESET[:key=value,...] (presets dgx-h100, dgx-h200, dgx-h800, dgx-b200, gb200-nvl72) or FILE.xml[:key=value,...]; keys: "
                      "nodes, gpus_per_node, nvlink_gbps (GB/s), ib_gbps (Gb/s), *_latency_us, *_efficiency, "
                      "peak_tflops, hbm_tbps, oversubscription")
           ->capture_default_str()

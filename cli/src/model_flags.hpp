@@ -156,6 +156,7 @@ struct PhysicsFlags {
   std::string dispatcher = "alltoall";
   std::string routing = "aux-loss";
   std::string precision = "bf16";
+  std::string dispatch_dtype = "bf16";
   bool tp_comm_overlap = false;
 
   void apply(schedule::ScheduleOptions& o) const {
@@ -163,6 +164,7 @@ struct PhysicsFlags {
     o.routing = *schedule::routing_from_string(routing);
     o.precision = *schedule::precision_from_string(precision);
     o.tp_comm_overlap = tp_comm_overlap;
+    o.dispatch_fp8 = dispatch_dtype == "fp8";
   }
 };
 
@@ -184,6 +186,12 @@ inline void add_physics_flags(CLI::App& sub, PhysicsFlags& f) {
   sub.add_flag("--tp-comm-overlap", f.tp_comm_overlap,
                "TP communication overlap (Transformer Engine userbuffers): TP all-gathers and reduce-scatters "
                "run beside the GEMMs that consume or produce them")
+      ->group(group);
+  sub.add_option("--moe-dispatch-dtype", f.dispatch_dtype,
+                 "number format of the forward dispatch on the wire: bf16 (Megatron's) or fp8 (DeepSeek's, DeepEP's "
+                 "benchmarks: one fp32 scale per 128 elements)")
+      ->check(CLI::IsMember({"bf16", "fp8"}))
+      ->capture_default_str()
       ->group(group);
   sub.add_option("--precision", f.precision, "GEMM number format: bf16, fp8 (Hopper/Blackwell) or mxfp8 (Blackwell)")
       ->check(CLI::IsMember({"bf16", "fp8", "mxfp8"}))

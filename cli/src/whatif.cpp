@@ -2,6 +2,7 @@
 #include "whatif.hpp"
 
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,7 +31,7 @@ hs::ScheduleOptions build_options(const Setup& s) {
   return options;
 }
 
-Run simulate(const Setup& s, const sim::ReplayOptions& replay_options, bool keep_timeline) {
+Run simulate(const Setup& s, const sim::ReplayOptions& replay_options, bool keep_timeline, bool quiet) {
   Run run;
   const auto parsed = ht::patterns::parse(s.pattern);
   run.options = build_options(s);
@@ -44,7 +45,7 @@ Run simulate(const Setup& s, const sim::ReplayOptions& replay_options, bool keep
   run.peak_flops = s.platform.gpu.peak_flops;
   sim::ReplayOptions o = replay_options;
   o.keep_timeline = keep_timeline;
-  if (run.plan.nodes.size() > 200000)
+  if (run.plan.nodes.size() > 200000 && !quiet)
     o.progress = [start = std::chrono::steady_clock::now()](double f) {
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (f > 0)
@@ -103,6 +104,7 @@ nlohmann::json summary_json(const Run& r) {
             {"expert_load_factor", r.plan.expert_load_factor},
             {"tp_comm_overlap", r.options.tp_comm_overlap},
             {"precision", hs::to_string(r.options.precision)},
+            {"dispatch_fp8", r.options.dispatch_fp8},
             {"cuda_graphs", r.options.cuda_graphs}}},
           {"model_flops_per_step", r.model_flops},
           {"tp_comm_s", s.tp_comm_s},
@@ -111,6 +113,7 @@ nlohmann::json summary_json(const Run& r) {
           {"dp_exposed_s", s.dp_exposed_s},
           {"optimizer_s", s.optimizer_s},
           {"compute_busy_s", s.compute_busy_s},
+          {"layer_compute_s", s.layer_compute_s},
           {"max_compute_busy_s", s.max_compute_busy_s},
           {"a2a_total_s", s.a2a_total_s},
           {"a2a_exposed_s", s.a2a_exposed_s},
@@ -147,8 +150,9 @@ std::string gib(double bytes) {
 }
 
 
-std::vector<nlohmann::json> parallel_map(const std::vector<int>& items, int workers, const std::string& what,
-                                         const std::function<nlohmann::json(int)>& fn) {
+std::vector<nlohmann::json> parallel_map(
+    const std::vector<int>& items, int workers, const std::string& what, const std::function<nlohmann::json(int)>& fn,
+    const std::function<std::string(const std::vector<nlohmann::json>&)>& describe) {
   std::vector<nlohmann::json> out(items.size());
   if (items.empty()) return out;
   workers = std::max(1, std::min<int>(workers, static_cast<int>(items.size())));
@@ -158,6 +162,12 @@ std::vector<nlohmann::json> parallel_map(const std::vector<int>& items, int work
     std::string buffer;
   };
   std::vector<Worker> ws(static_cast<std::size_t>(workers));
+  // Items go to whichever worker is free (a counter in memory the workers share), so one slow
+  // item does not leave the other workers idle at the end.
+  void* shared = mmap(nullptr, sizeof(std::size_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (shared == MAP_FAILED) throw std::runtime_error(std::string("mmap: ") + std::strerror(errno));
+  auto* next_item = static_cast<std::size_t*>(shared);
+  *next_item = 0;
   std::fflush(nullptr);
   for (int w = 0; w < workers; ++w) {
     int fds[2];
@@ -166,7 +176,7 @@ std::vector<nlohmann::json> parallel_map(const std::vector<int>& items, int work
     if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
     if (pid == 0) {
       close(fds[0]);
-      for (int k = w; k < static_cast<int>(items.size()); k += workers) {
+      for (std::size_t k; (k = __atomic_fetch_add(next_item, 1, __ATOMIC_RELAXED)) < items.size();) {
         std::string line = std::to_string(k) + " " + fn(items[static_cast<std::size_t>(k)]).dump() + "\n";
         for (std::size_t done = 0; done < line.size();) {
           const ssize_t n = write(fds[1], line.data() + done, line.size() - done);
@@ -217,9 +227,14 @@ std::vector<nlohmann::json> parallel_map(const std::vector<int>& items, int work
       }
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (!what.empty() && elapsed >= next_report) {
-        const double left = elapsed / static_cast<double>(received) * static_cast<double>(items.size() - received);
-        std::fprintf(stderr, "\r%s %zu/%zu, %.0f s, about %.0f s left   ", what.c_str(), received, items.size(),
-                     elapsed, left);
+        if (describe) {
+          std::fprintf(stderr, "\r%s %zu/%zu, %.0f s%s   ", what.c_str(), received, items.size(), elapsed,
+                       describe(out).c_str());
+        } else {
+          const double left = elapsed / static_cast<double>(received) * static_cast<double>(items.size() - received);
+          std::fprintf(stderr, "\r%s %zu/%zu, %.0f s, about %.0f s left   ", what.c_str(), received, items.size(),
+                       elapsed, left);
+        }
         next_report = elapsed + 1;
       }
     }
@@ -231,6 +246,7 @@ std::vector<nlohmann::json> parallel_map(const std::vector<int>& items, int work
     }
     failed = failed || !WIFEXITED(status) || WEXITSTATUS(status) != 0;
   }
+  munmap(shared, sizeof(std::size_t));
   if (!what.empty() && next_report > 1) std::fprintf(stderr, "\r%*s\r", 70, "");
   if (failed || received != items.size())
     throw std::runtime_error("a worker process failed (" + std::to_string(received) + " of " +

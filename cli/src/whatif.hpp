@@ -50,8 +50,9 @@ struct Run {
 // exact on this platform (sim::folding_exact) and no measured routing names every rank.
 hs::ScheduleOptions build_options(const Setup& s);
 
-// Builds the plan, estimates memory and FLOPs, replays; progress on stderr for large plans.
-Run simulate(const Setup& s, const sim::ReplayOptions& replay_options, bool keep_timeline);
+// Builds the plan, estimates memory and FLOPs, replays; progress on stderr for large plans
+// unless `quiet` (a search's workers: the search prints its own).
+Run simulate(const Setup& s, const sim::ReplayOptions& replay_options, bool keep_timeline, bool quiet = false);
 
 inline constexpr double kGiB = 1024.0 * 1024 * 1024;
 double tokens_per_s(const Run& r);
@@ -66,8 +67,11 @@ nlohmann::json summary_json(const Run& r);
 // SimGrid, so every child starts from the same state and results do not depend on the split);
 // a progress line named `what` on stderr, redrawn at most once a second ("" for none). Results
 // in the order of `items`. Throws std::runtime_error when a worker dies.
-std::vector<nlohmann::json> parallel_map(const std::vector<int>& items, int workers, const std::string& what,
-                                         const std::function<nlohmann::json(int)>& fn);
+// `describe`, when given, adds to the progress line: it gets the results so far (null where
+// none has arrived) and is asked at most once a second.
+std::vector<nlohmann::json> parallel_map(
+    const std::vector<int>& items, int workers, const std::string& what, const std::function<nlohmann::json(int)>& fn,
+    const std::function<std::string(const std::vector<nlohmann::json>&)>& describe = {});
 
 std::string ms(double seconds);    // "12.345 ms"
 std::string pct(double fraction);  // "12.3 %"

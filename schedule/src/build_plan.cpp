@@ -844,6 +844,7 @@ Plan build_plan(const patterns::ParsedPattern& pattern, const ModelDims& dims,
   Context ctx{dims, config, options, pattern.mtp_depths, {}, shard_of(config), &works, MoeRoute(options.routing_skew)};
   ctx.route.dispatcher = options.dispatcher;
   ctx.route.gpus_per_node = options.nvlink_domain;
+  ctx.route.dispatch_fp8 = options.dispatch_fp8;
   if (options.routing_skew == 0) ctx.route.load_factor = expert_load_factor(dims, config.ep, ctx.shard, options.routing);
   const int chunks_per_rank = config.model_chunks();
   ctx.chunks.assign(static_cast<std::size_t>(config.pp),

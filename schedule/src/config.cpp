@@ -16,7 +16,7 @@
 namespace ht::schedule {
 namespace {
 
-constexpr std::array<ModelField, 35> kFields{{
+constexpr std::array<ModelField, 37> kFields{{
     {"hidden", &ModelDims::hidden, 1, "hidden size"},
     {"ffn_hidden", &ModelDims::ffn_hidden, 1, "dense MLP intermediate size"},
     {"num_heads", &ModelDims::num_heads, 1, "attention query heads"},
@@ -54,6 +54,8 @@ constexpr std::array<ModelField, 35> kFields{{
     {"mla_v_head_dim", &ModelDims::mla_v_head_dim, 0, "MLA value head size (0 = head_dim)"},
     {"moe_latent_size", &ModelDims::moe_latent_size, 0, "latent MoE width of the routed experts (0 = hidden)"},
     {"mtp_shared_weights", &ModelDims::mtp_shared_weights, 0, "1: MTP depths share one set of weights", 1},
+    {"router_groups", &ModelDims::router_groups, 0, "group-limited routing: expert groups (0 = none)"},
+    {"router_group_topk", &ModelDims::router_group_topk, 0, "group-limited routing: groups a token may use"},
 }};
 
 [[noreturn]] void bad_model(const std::string& message) {
@@ -115,6 +117,18 @@ void validate(const ModelDims& d) {
   if (d.top_k > d.num_experts)
     bad_model("top_k = " + std::to_string(d.top_k) + " exceeds num_experts = " +
               std::to_string(d.num_experts));
+  if (d.router_groups > 0 || d.router_group_topk > 0) {
+    if (d.router_groups == 0 || d.num_experts % d.router_groups != 0)
+      bad_model("router_groups = " + std::to_string(d.router_groups) + " must divide num_experts = " +
+                std::to_string(d.num_experts));
+    if (d.router_group_topk < 1 || d.router_group_topk > d.router_groups)
+      bad_model("router_group_topk = " + std::to_string(d.router_group_topk) + " must be in [1, router_groups = " +
+                std::to_string(d.router_groups) + "]");
+    if (double(d.router_group_topk) * (d.num_experts / d.router_groups) < d.top_k)
+      bad_model("router_group_topk x experts per group = " +
+                std::to_string(d.router_group_topk * (d.num_experts / d.router_groups)) + " must be >= top_k = " +
+                std::to_string(d.top_k));
+  }
   if (d.bytes_per_element != 1 && d.bytes_per_element != 2 && d.bytes_per_element != 4)
     bad_model("bytes_per_element = " + std::to_string(d.bytes_per_element) + " must be 1, 2 or 4");
 }

@@ -421,8 +421,9 @@ std::vector<Transfer> a2a_sends(const ModelDims& d, const std::vector<int>& grou
   }
   const int gpn = std::max(1, route.gpus_per_node);
   const double local_experts = double(d.num_experts) / ep;
-  const double copy = tokens * width * b * route.load_factor;  // every token, once
-  const double p_rank = hit_probability(d.num_experts, d.top_k, local_experts);
+  const bool fp8 = route.dispatch_fp8 && slot == Slot::Dispatch && phase == Phase::Forward;
+  const double copy = tokens * width * (fp8 ? 1 + 4.0 / 128 : b) * route.load_factor;  // every token, once
+  const double p_rank = hit_probability(d, local_experts);
   std::map<int, std::vector<int>> by_node;  // cluster node -> indices in the group
   for (int i = 0; i < ep; ++i) by_node[group[static_cast<std::size_t>(i)] / gpn].push_back(i);
   const int my_node = group[static_cast<std::size_t>(me)] / gpn;
@@ -437,7 +438,7 @@ std::vector<Transfer> a2a_sends(const ModelDims& d, const std::vector<int>& grou
       continue;
     }
     const double m = static_cast<double>(members.size());
-    bytes[members[pos % members.size()]] += copy * hit_probability(d.num_experts, d.top_k, m * local_experts);
+    bytes[members[pos % members.size()]] += copy * hit_probability(d, m * local_experts);
     forwarded += copy * (m - 1) * p_rank;
   }
   if (local.size() > 1)
@@ -453,6 +454,27 @@ double hit_probability(int num_experts, int top_k, double experts) {
   for (int i = 0; i < top_k; ++i) {
     const double left = double(num_experts) - experts - i;
     miss *= left <= 0 ? 0.0 : left / (double(num_experts) - i);
+  }
+  return 1 - miss;
+}
+
+double hit_probability(const ModelDims& d, double experts) {
+  const int groups = d.router_groups, chosen = d.router_group_topk;
+  if (groups <= 0 || chosen <= 0 || groups == chosen) return hit_probability(d.num_experts, d.top_k, experts);
+  const double size = double(d.num_experts) / groups;
+  const int candidates = static_cast<int>(chosen * size);
+  if (experts <= size) return double(chosen) / groups * hit_probability(candidates, d.top_k, experts);
+  const double q = experts / size;
+  if (q != std::floor(q) || q > groups) return hit_probability(d.num_experts, d.top_k, experts);
+  // P(j of the q groups among the chosen) = C(q, j) C(G - q, chosen - j) / C(G, chosen).
+  const auto choose = [](double n, double k) {
+    if (k < 0 || k > n) return 0.0;
+    return std::exp(std::lgamma(n + 1) - std::lgamma(k + 1) - std::lgamma(n - k + 1));
+  };
+  double miss = 0;
+  for (int j = 0; j <= std::min<int>(static_cast<int>(q), chosen); ++j) {
+    const double pj = choose(q, j) * choose(groups - q, chosen - j) / choose(groups, chosen);
+    miss += pj * (1 - hit_probability(candidates, d.top_k, j * size));
   }
   return 1 - miss;
 }

@@ -1,6 +1,8 @@
 // Per-GPU memory (see memory.hpp).
 #include "ht/schedule/memory.hpp"
 
+#include "ht/schedule/pipeline_order.hpp"
+
 #include <algorithm>
 #include <map>
 #include <tuple>
@@ -118,11 +120,32 @@ double layer_activation_bytes(const std::string& symbols, bool mtp, const ModelD
   return kept;
 }
 
-MemoryBreakdown peak_memory(const patterns::ParsedPattern& pattern, const ModelDims& d, const ParallelConfig& cfg,
-                            const Plan& plan, Precision precision) {
-  // The layers of every (pp rank, chunk): the builder's split.
-  std::map<std::tuple<int, int, int, bool>, std::pair<double, double>> layer_bytes;  // (pp, vp, layer, mtp) -> kept, working
-  std::vector<double> dense(static_cast<std::size_t>(cfg.pp), 0), expert(static_cast<std::size_t>(cfg.pp), 0);
+int saturated_microbatches(const ParallelConfig& c, bool overlap) {
+  if (c.pp == 1) return std::min(c.microbatches, 4);
+  ParallelConfig one = c;
+  one.microbatches = 1 << 20;  // uncapped warm-up
+  const int chunks = warmup_microbatches(one, 0, overlap) + 2 * c.model_chunks();
+  const int per_group = c.pp * c.model_chunks();  // chunks of one group of pp microbatches
+  const int groups = (chunks + per_group - 1) / per_group;
+  return std::min(c.microbatches, groups * c.pp);
+}
+
+namespace {
+
+// Parameters each pipeline rank holds (dense, expert) and the activation bytes of each of its
+// layers (kept, working), by the builder's split.
+struct StageContents {
+  std::map<std::tuple<int, int, int, bool>, std::pair<double, double>> layer_bytes;  // (pp, vp, layer, mtp)
+  std::vector<double> dense, expert;
+};
+
+StageContents stage_contents(const patterns::ParsedPattern& pattern, const ModelDims& d, const ParallelConfig& cfg) {
+  StageContents sc;
+  auto& layer_bytes = sc.layer_bytes;
+  auto& dense = sc.dense;
+  auto& expert = sc.expert;
+  dense.assign(static_cast<std::size_t>(cfg.pp), 0);
+  expert.assign(static_cast<std::size_t>(cfg.pp), 0);
   const double vocab_params = double(d.vocab) * d.hidden / cfg.tp;
   auto add_layer = [&](int pp, int vp, int index, bool mtp, const std::string& symbols, bool weights) {
     double working = 0;
@@ -147,11 +170,42 @@ MemoryBreakdown peak_memory(const patterns::ParsedPattern& pattern, const ModelD
   dense.front() += vocab_params;  // the embedding on the first stage
   const bool own_output = !d.tied_embeddings || cfg.pp > 1;
   dense[static_cast<std::size_t>(last_pp)] += (own_output ? vocab_params : 0.0) + d.hidden;
+  return sc;
+}
+
+// Weights, gradients and optimizer state of pipeline rank pp (megatron-parallel.md 8.1).
+void state_bytes(const StageContents& sc, const ParallelConfig& cfg, Precision precision, std::size_t pp,
+                 double& weights, double& gradients, double& optimizer) {
+  const bool megatron = cfg.optimizer.sync == GradSync::Megatron;
+  const double dense_d = megatron && cfg.optimizer.distributed ? double(cfg.dp) * cfg.cp : 1.0;
+  const double expert_d = megatron && cfg.optimizer.distributed ? double(cfg.edp()) : 1.0;
+  weights = (precision == Precision::Bf16 ? 2 : 3) * (sc.dense[pp] + sc.expert[pp]);
+  gradients = 4 * (sc.dense[pp] + sc.expert[pp]);
+  optimizer = 12 * (sc.dense[pp] / dense_d + sc.expert[pp] / expert_d);
+}
+
+}  // namespace
+
+double state_memory(const patterns::ParsedPattern& pattern, const ModelDims& d, const ParallelConfig& cfg,
+                    Precision precision) {
+  const StageContents sc = stage_contents(pattern, d, cfg);
+  double most = 0;
+  for (std::size_t pp = 0; pp < sc.dense.size(); ++pp) {
+    double w = 0, g = 0, o = 0;
+    state_bytes(sc, cfg, precision, pp, w, g, o);
+    most = std::max(most, w + g + o);
+  }
+  return most;
+}
+
+MemoryBreakdown peak_memory(const patterns::ParsedPattern& pattern, const ModelDims& d, const ParallelConfig& cfg,
+                            const Plan& plan, Precision precision) {
+  const StageContents sc = stage_contents(pattern, d, cfg);
+  const auto& layer_bytes = sc.layer_bytes;
 
   MemoryBreakdown best;
   best.activations = -1;
   const double out_bytes = output_bytes(d, cfg) * (1 + pattern.mtp_depths), emb_bytes = embedding_bytes(d, cfg);
-  const bool megatron = cfg.optimizer.sync == GradSync::Megatron;
   for (const RankPlan& rp : plan.ranks) {
     // Last backward node of every (microbatch, chunk, layer) on this rank.
     std::map<std::tuple<int, int, int, bool>, int> last_backward;
@@ -202,11 +256,8 @@ MemoryBreakdown peak_memory(const patterns::ParsedPattern& pattern, const ModelD
       }
     }
     const auto pp = static_cast<std::size_t>(rp.pp_rank);
-    const double dense_d = megatron && cfg.optimizer.distributed ? double(cfg.dp) * cfg.cp : 1.0;
-    const double expert_d = megatron && cfg.optimizer.distributed ? double(cfg.edp()) : 1.0;
-    const double weights = (precision == Precision::Bf16 ? 2 : 3) * (dense[pp] + expert[pp]);
-    const double gradients = 4 * (dense[pp] + expert[pp]);
-    const double optimizer = 12 * (dense[pp] / dense_d + expert[pp] / expert_d);
+    double weights = 0, gradients = 0, optimizer = 0;
+    state_bytes(sc, cfg, precision, pp, weights, gradients, optimizer);
     if (weights + gradients + optimizer + peak > best.total() || best.activations < 0) {
       best.rank = plan.original_rank(rp.rank);
       best.weights = weights;
@@ -214,7 +265,7 @@ MemoryBreakdown peak_memory(const patterns::ParsedPattern& pattern, const ModelD
       best.optimizer = optimizer;
       best.activations = peak;
       best.microbatches_in_flight = peak_mbs;
-      best.parameters = dense[pp] + expert[pp];
+      best.parameters = sc.dense[pp] + sc.expert[pp];
     }
   }
   if (best.activations < 0) best.activations = 0;

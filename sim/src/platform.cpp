@@ -112,7 +112,9 @@ void check_size(const PlatformSpec& s) {
 
 }  // namespace
 
-std::vector<std::string> preset_names() { return {"dgx-h100", "dgx-h200", "dgx-b200", "gb200-nvl72", "cpu-ranks"}; }
+std::vector<std::string> preset_names() {
+  return {"dgx-h100", "dgx-h200", "dgx-h800", "dgx-b200", "gb200-nvl72", "cpu-ranks"};
+}
 
 std::vector<std::string> platform_keys() {
   std::vector<std::string> keys;
@@ -132,6 +134,15 @@ PlatformSpec preset(std::string_view name) {
     s.gpu.hbm_bytes_per_s = 4.8e12;
     s.gpu.hbm_bytes = 141e9;
     s.gpu.fp8_gemm_efficiency = 0.734;  // MAMF: 1453.4 of 1979 TFLOP/s
+    return s;
+  }
+  if (name == "dgx-h800") {
+    // The export Hopper: the H100 SXM die and HBM3 with NVLink cut to 400 GB/s both ways (200 per
+    // direction), of which DeepEP's maintainers measure about 160 achievable (DeepEP issue 16,
+    // docs/legacy.md); 8 x 400 Gb/s CX7 as DeepSeek's cluster (DeepSeek-V3 report, 3.1).
+    s.name = "dgx-h800";
+    s.nvlink_bytes_per_s = 200e9;
+    s.nvlink_efficiency = 0.8;
     return s;
   }
   if (name == "dgx-b200" || name == "gb200-nvl72") {

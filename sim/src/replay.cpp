@@ -362,9 +362,28 @@ struct ReplayState {
   }
 
   // The forward dispatch's count round (kDispatchCountBytes), then a wake-up before the payload.
+  // On a preset platform the round takes what one such message takes alone, latency plus bytes
+  // over the slowest link it crosses (a 64-byte message does not load a link), without building
+  // a flow per peer; an XML platform's routes are its own, so there each message is a flow.
   void exchange_counts(const Node& node, const schedule::Collective& c) {
-    std::vector<sg4::CommPtr> comms;
     const int me = original(node.rank);
+    if (platform.xml_file.empty()) {
+      bool off_node = false;
+      int peers = 0;
+      for (int r : member_ranks[static_cast<std::size_t>(c.id)])
+        if (r != me) {
+          ++peers;
+          off_node = off_node || node_of_rank(r) != node_of_rank(me);
+        }
+      if (peers == 0) return;
+      flows_started += peers;
+      const double round = off_node ? platform.nic_latency_s + kDispatchCountBytes / platform.nic_effective()
+                                    : platform.nvlink_latency_s + kDispatchCountBytes / platform.nvlink_effective();
+      sg4::this_actor::sleep_for(round);
+      resume();
+      return;
+    }
+    std::vector<sg4::CommPtr> comms;
     for (int r : member_ranks[static_cast<std::size_t>(c.id)])
       if (r != me)
         comms.push_back(sg4::Comm::sendto_async(hosts[me], hosts[r], static_cast<std::uint64_t>(kDispatchCountBytes)));

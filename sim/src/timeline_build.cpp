@@ -39,7 +39,7 @@ Summary summarize_replay(const schedule::Plan& plan, const std::vector<double>& 
   s.gpus = world;
   for (std::size_t i = 0; i < plan.nodes.size(); ++i) s.step_time_s = std::max(s.step_time_s, end[i]);
   double busy_sum = 0, a2a_sum = 0, exposed_sum = 0, p2p_sum = 0, ar_sum = 0, tp_sum = 0, cp_sum = 0;
-  double dp_sum = 0, dp_exposed_sum = 0, optimizer_sum = 0;
+  double dp_sum = 0, dp_exposed_sum = 0, optimizer_sum = 0, layer_sum = 0;
   for (const auto& rp : plan.ranks) {
     // Each stream is one actor running in issue order, so its spans come out sorted and disjoint.
     std::vector<Interval> compute_stream, a2a, dp;
@@ -47,7 +47,7 @@ Summary summarize_replay(const schedule::Plan& plan, const std::vector<double>& 
     const double weight = stands_for[static_cast<std::size_t>(rp.rank)];
     // This rank's sums, added to the totals with its weight below.
     double tp_rank = 0, cp_rank = 0, p2p_rank = 0, ar_rank = 0, optimizer_rank = 0, a2a_rank = 0;
-    double exposed_rank = 0, dp_rank = 0, dp_exposed_rank = 0;
+    double exposed_rank = 0, dp_rank = 0, dp_exposed_rank = 0, layer_rank = 0;
     for (int n : rp.issue) {
       const Node& node = plan.nodes[n];
       const Interval iv{start[n], end[n]};
@@ -59,6 +59,9 @@ Summary summarize_replay(const schedule::Plan& plan, const std::vector<double>& 
         else if (node.part == schedule::Part::CpExchange) cp_rank += length;
         else busy += length;
         if (node.slot == Slot::OptimizerStep) optimizer_rank += length;
+        if (node.layer >= 0 && node.part == schedule::Part::Main && node.slot != Slot::PreProcess &&
+            node.slot != Slot::PostProcess && node.slot != Slot::OptimizerStep)
+          layer_rank += length;
       } else if (node.stream == Stream::Dp) {
         dp.push_back(iv);
       } else if (is_a2a(node)) {
@@ -86,6 +89,7 @@ Summary summarize_replay(const schedule::Plan& plan, const std::vector<double>& 
     p2p_sum += weight * p2p_rank;
     ar_sum += weight * ar_rank;
     optimizer_sum += weight * optimizer_rank;
+    layer_sum += weight * layer_rank;
     a2a_sum += weight * a2a_rank;
     exposed_sum += weight * exposed_rank;
     dp_sum += weight * dp_rank;
@@ -102,6 +106,7 @@ Summary summarize_replay(const schedule::Plan& plan, const std::vector<double>& 
   s.dp_comm_s = dp_sum / g;
   s.dp_exposed_s = dp_exposed_sum / g;
   s.optimizer_s = optimizer_sum / g;
+  s.layer_compute_s = layer_sum / g;
   // Same convention as traces::hidden_fraction: nothing to hide counts as fully hidden.
   s.a2a_hidden_fraction = s.a2a_total_s > 0 ? 1.0 - s.a2a_exposed_s / s.a2a_total_s : 1.0;
   s.bubble_fraction = s.step_time_s > 0 ? 1.0 - s.compute_busy_s / s.step_time_s : 0.0;

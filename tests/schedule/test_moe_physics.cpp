@@ -235,3 +235,38 @@ TEST_CASE("FP8 runs the linear layers in FP8 after a quantizing cast; router and
   CHECK(q[3].bytes == 4 * 256.0 * 4 * 2048);
   CHECK(q[4].fp8);
 }
+
+TEST_CASE("group-limited routing: a group is reached through its chosen share, several groups through each",
+          "[schedule][moe]") {
+  // DeepSeek-V3: 256 experts in 8 groups of 32, a token's 8 experts from its 4 best groups.
+  ModelDims d = moe_dims(256, 8, 4096);
+  d.router_groups = 8;
+  d.router_group_topk = 4;
+  // By simulation: 4 of 8 groups uniformly, then 8 of their 128 experts uniformly.
+  std::mt19937_64 rng(5);
+  std::vector<int> groups(8), experts(128);
+  std::iota(groups.begin(), groups.end(), 0);
+  std::iota(experts.begin(), experts.end(), 0);
+  const int trials = 100000;
+  int node_hits = 0, two_node_hits = 0, rank_hits = 0;
+  for (int t = 0; t < trials; ++t) {
+    std::shuffle(groups.begin(), groups.end(), rng);
+    std::shuffle(experts.begin(), experts.end(), rng);
+    bool in0 = false, in01 = false, rank = false;
+    for (int i = 0; i < 8; ++i) {
+      const int g = groups[static_cast<std::size_t>(experts[static_cast<std::size_t>(i)] / 32)];  // its group
+      const int e = experts[static_cast<std::size_t>(i)] % 32;                                     // within it
+      in0 = in0 || g == 0;
+      in01 = in01 || g <= 1;
+      rank = rank || (g == 0 && e < 4);
+    }
+    node_hits += in0;
+    two_node_hits += in01;
+    rank_hits += rank;
+  }
+  CHECK(hit_probability(d, 32) == Approx(double(node_hits) / trials).margin(0.005));
+  CHECK(hit_probability(d, 64) == Approx(double(two_node_hits) / trials).margin(0.005));
+  CHECK(hit_probability(d, 4) == Approx(double(rank_hits) / trials).margin(0.004));
+  // Fewer nodes than without groups: DeepEP's RDMA copies per token drop.
+  CHECK(hit_probability(d, 32) < hit_probability(256, 8, 32));
+}

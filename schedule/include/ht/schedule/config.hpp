@@ -53,6 +53,11 @@ struct ModelDims {
   int moe_latent_size = 0;       // latent MoE: routed experts work in this width (h -> latent ->
                                  // h projections around them); 0 = none (experts see hidden)
   int mtp_shared_weights = 0;    // 1: all MTP depths share one set of weights (counted once)
+  // Group-limited routing (DeepSeek's n_group / topk_group, Megatron's --moe-router-num-groups /
+  // --moe-router-group-topk): experts form router_groups groups and a token's top_k experts come
+  // from its router_group_topk best groups; 0 = no groups.
+  int router_groups = 0;
+  int router_group_topk = 0;
 
   bool operator==(const ModelDims&) const = default;
 
@@ -231,6 +236,9 @@ struct ScheduleOptions {
   Routing routing = Routing::Mean;
   bool tp_comm_overlap = false;
   Precision precision = Precision::Bf16;
+  // The forward dispatch in FP8 with one fp32 scale per 128 elements (DeepSeek's and DeepEP's
+  // benchmarks; Megatron's DeepEP path sends bf16, physics.md 6); everything else stays bf16.
+  bool dispatch_fp8 = false;
   bool operator==(const ScheduleOptions&) const = default;
 };
 

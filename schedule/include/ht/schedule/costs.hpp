@@ -74,6 +74,7 @@ struct MoeRoute {
   double load_factor = 1;
   Dispatcher dispatcher = Dispatcher::AllToAll;
   int gpus_per_node = 8;  // DeepEP/HybridEP: the NVLink domain one RDMA copy per node serves
+  bool dispatch_fp8 = false;  // the forward dispatch in FP8 (1 byte + a 4-byte scale per 128 elements)
   bool operator==(const MoeRoute&) const = default;
 };
 
@@ -91,6 +92,12 @@ double expert_load_factor(const ModelDims& dims, int ep, const Shard& shard, Rou
 // Probability that a token's top_k experts include one of `experts` given experts (uniform):
 // 1 - C(E - experts, k) / C(E, k).
 double hit_probability(int num_experts, int top_k, double experts);
+// The same for a model's router. With group-limited routing (balanced: the router_group_topk
+// groups uniformly, then top_k experts uniformly among their experts): `experts` inside one group
+// are reached with (topk/G)(1 - C(c - experts, k)/C(c, k)), c = the chosen groups' experts; q
+// whole groups with 1 - sum_j P(j of them chosen) C(c - j s, k)/C(c, k) (s = experts per group,
+// P hypergeometric); sets that are neither fall back to the ungrouped form.
+double hit_probability(const ModelDims& dims, double experts);
 
 // Forward work of one layer symbol ('-' is the dense MLP; 'E' is not a symbol here: see below).
 SlotWork symbol_work(char symbol, const ModelDims& dims, const Shard& shard = {});

@@ -33,6 +33,17 @@ struct MemoryBreakdown {
 double layer_activation_bytes(const std::string& symbols, bool mtp, const ModelDims& dims,
                               const ParallelConfig& config, double* working = nullptr);
 
+// The fewest microbatches per step whose plan reaches the same activation peak as any larger
+// count (and the same per-microbatch nodes): the warm-up depth of pipeline rank 0 plus two
+// steady steps, in whole groups of pp (interleaving advances microbatches pp at a time); 4 without a
+// pipeline. `layout search` checks memory and bounds the step on plans of this size.
+int saturated_microbatches(const ParallelConfig& config, bool overlap);
+
+// The largest weights + gradients + optimizer state of any pipeline rank (peak_memory's, without
+// activations): a layout whose state alone exceeds the HBM cannot fit, and this needs no plan.
+double state_memory(const patterns::ParsedPattern& pattern, const ModelDims& dims, const ParallelConfig& config,
+                    Precision precision = Precision::Bf16);
+
 // Under an FP8 `precision` Transformer Engine keeps an FP8 copy of every linear layer's weights
 // beside the bf16 ones (physics.md 6): one byte more per parameter.
 MemoryBreakdown peak_memory(const patterns::ParsedPattern& pattern, const ModelDims& dims,

@@ -42,6 +42,7 @@
 //                450 GB/s per direction, one ConnectX-7 400 Gb/s NIC per GPU (NVIDIA datasheet,
 //                DGX BasePOD reference architecture)
 //   dgx-h200     the same with 141 GB HBM3e at 4.8 TB/s (MLPerf H200-SXM-141GBx8 system file)
+//   dgx-h800     as dgx-h100 with NVLink 200 GB/s per direction at 0.8 (DeepEP: ~160 achievable)
 //   dgx-b200     8 x B200: 2250 TFLOP/s, 148 SMs, 180 GB at 8 TB/s, NVLink 5 900 GB/s per
 //                direction, CX-7 400 Gb/s per GPU (DGX B200 user guide and datasheet)
 //   gb200-nvl72  one NVLink domain of 72 GB200 GPUs: 2500 TFLOP/s, 152 SMs, 186 GB at 8 TB/s,

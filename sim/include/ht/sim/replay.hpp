@@ -103,6 +103,7 @@ struct Summary {
   double dp_comm_s = 0;
   double dp_exposed_s = 0;
   double optimizer_s = 0;
+  double layer_compute_s = 0;     // compute busy in decoder layers alone (no embedding, output, optimizer)
   double bubble_fraction = 0;
   int gpus = 0;
   std::int64_t activities = 0;    // SimGrid executions and flows started

@@ -2,6 +2,11 @@
 // fits the twin's cost model to a measured timeline (see sim/calibrate.hpp) and prints the fit
 // table, the platform the measurement ran on and the `simulate` command that predicts another
 // schedule of the same model with it.
+// `hybrid-twin calibrate --gpu [-o COSTS.json] [--emulate]`: microbenchmarks the local GPU through
+// the CUDA backend (engine/kernel_table.hpp) and writes its kernel table as a cost file, so that
+// `simulate --costs COSTS.json` prices GEMMs and memory traffic as that GPU runs them. Without a
+// GPU it says so and exits 3 (--emulate runs the host emulation instead). Built wherever the
+// engine is (the GPU check builds it without SimGrid); fitting a trace needs the twin.
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -10,6 +15,11 @@
 
 #include "command.hpp"
 #include "ht/io/output_file.hpp"
+#ifdef HT_CLI_ENGINE
+#include "ht/engine/cuda_probe.hpp"
+#include "ht/engine/kernel_table.hpp"
+#endif
+#ifdef HT_CLI_SIM
 #include "ht/patterns/pattern.hpp"
 #include "ht/schedule/build.hpp"
 #include "ht/schedule/config.hpp"
@@ -17,6 +27,7 @@
 #include "ht/sim/platform.hpp"
 #include "ht/traces/overlap.hpp"
 #include "ht/traces/chrome.hpp"
+#endif
 
 namespace ht::cli {
 namespace {
@@ -25,8 +36,52 @@ struct CalibrateArgs {
   std::string trace, output, model_out;
   bool json = false;
   bool fit_wake = true;
+  bool gpu = false, emulate = false;
+  int repeats = 10;
 };
 
+// --gpu: the kernel table of the local GPU (or of the host emulation) as a cost file.
+int run_gpu(const CalibrateArgs& a) {
+#ifdef HT_CLI_ENGINE
+  if (!a.output.empty()) io::check_output_file(a.output, "kernel table");
+  engine::KernelBenchOptions o;
+  o.emulate = a.emulate;
+  o.repeats = a.repeats;
+  if (!a.emulate) {
+    const engine::CudaProbe probe = engine::cuda_probe();
+    if (!probe.usable) {
+      std::cerr << "calibrate --gpu: skipped, no usable CUDA GPU (" << probe.reason
+                << "); --emulate runs the host emulation\n";
+      return 3;
+    }
+  }
+  std::cerr << "calibrate --gpu: " << o.sizes.size() * o.sizes.size() * o.sizes.size() << " BF16 GEMM shapes and HBM"
+            << (a.emulate ? " on the host emulation" : "") << "...\n";
+  const engine::KernelTable t = engine::measure_kernel_table(o);
+  nlohmann::json costs = {{"_comment", "written by `hybrid-twin calibrate --gpu`; read by `hybrid-twin simulate --costs`"},
+                          {"kernel_table", engine::kernel_table_to_json(t)}};
+  if (!a.output.empty()) io::write_output_file(a.output, "kernel table", costs.dump(1) + "\n");
+  if (a.json) {
+    std::cout << costs.dump(2) << "\n";
+    return 0;
+  }
+  const std::size_t n = t.sizes.size();
+  auto rate = [&](std::size_t im, std::size_t in, std::size_t ik) { return t.gemm_bf16_tflops[(im * n + in) * n + ik]; };
+  std::cout << "device       " << t.device << (t.emulated ? " (emulated: these figures describe the CPU)" : "") << "\n"
+            << "HBM          " << std::fixed << std::setprecision(0) << t.hbm_bytes_per_s / 1e9 << " GB/s (copy kernel)\n"
+            << "BF16 GEMM    TFLOP/s of square shapes:";
+  for (std::size_t i = 0; i < n; ++i) std::cout << " " << t.sizes[i] << "^3 " << std::setprecision(1) << rate(i, i, i);
+  std::cout << std::defaultfloat << "\n";
+  if (!a.output.empty())
+    std::cout << "wrote " << a.output << "; price a what-if with it: hybrid-twin simulate ... --costs " << a.output << "\n";
+  return 0;
+#else
+  (void)a;
+  throw UsageError("calibrate --gpu needs the engine, which this build does not have");
+#endif
+}
+
+#ifdef HT_CLI_SIM
 std::string meta(const traces::Timeline& t, const std::string& key) {
   const auto it = t.metadata.find(key);
   return it == t.metadata.end() ? "" : it->second;
@@ -68,8 +123,19 @@ std::optional<schedule::Plan> measured_plan(const traces::Timeline& t) {
   if (!meta(t, "schedule").empty() && plan.schedule != meta(t, "schedule")) return std::nullopt;
   return plan;
 }
+#endif
 
 int run(const CalibrateArgs& a) {
+  if (a.gpu) {
+    if (!a.trace.empty()) throw UsageError("--gpu measures the GPU; it takes no trace (give one or the other)");
+    if (!a.model_out.empty()) throw UsageError("--model-out goes with --trace, not --gpu");
+    return run_gpu(a);
+  }
+  if (a.emulate) throw UsageError("--emulate goes with --gpu");
+  if (a.trace.empty()) throw UsageError("give --trace MEASURED.json (fit a measured run) or --gpu (measure this GPU)");
+#ifndef HT_CLI_SIM
+  throw UsageError("calibrate --trace needs the twin (SimGrid), which this build does not have");
+#else
   // Outputs are checked before the trace is read and the measured plan replayed.
   if (!a.output.empty()) io::check_output_file(a.output, "calibration");
   if (!a.model_out.empty()) io::check_output_file(a.model_out, "model file");
@@ -120,13 +186,22 @@ int run(const CalibrateArgs& a) {
               << "' --costs " << a.output << " --overlap --no-delay-wgrad\n";
   }
   return 0;
+#endif
 }
 
 const Registration reg{{"calibrate",
-                        "Fit the twin's cost model to a measured trace (from `train --trace`) for `simulate --costs`",
+                        "Fit the twin's cost model to a measured trace, or measure this GPU's kernels (--gpu), for "
+                        "`simulate --costs`",
                         [](CLI::App& sub) -> std::function<int()> {
                           auto a = std::make_shared<CalibrateArgs>();
-                          sub.add_option("--trace,TRACE", a->trace, "measured Chrome-trace JSON")->required();
+                          sub.add_option("--trace,TRACE", a->trace, "measured Chrome-trace JSON");
+                          sub.add_flag("--gpu", a->gpu,
+                                       "microbenchmark the local GPU (BF16 GEMMs by shape, HBM) and write its kernel "
+                                       "table for simulate --costs; exit 3 without a GPU");
+                          sub.add_flag("--emulate", a->emulate, "--gpu on the host emulation (no GPU needed)");
+                          sub.add_option("--repeats", a->repeats, "--gpu: timed runs per kernel (the fastest counts)")
+                              ->check(CLI::Range(1, 1000))
+                              ->capture_default_str();
                           sub.add_option("-o,--output", a->output, "write the fitted cost model JSON (atomically)");
                           sub.add_option("--model-out", a->model_out,
                                          "write the model dimensions recorded in the trace (for simulate --model)");

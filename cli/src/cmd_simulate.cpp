@@ -375,6 +375,7 @@ int run(const SimulateArgs& a) {
     throw UsageError("--precision mxfp8 needs a GPU with MXFP8 GEMMs (dgx-b200, gb200-nvl72); '" + s.platform.name +
                      "' has none (use --precision fp8)");
   if (!a.costs_file.empty()) s.costs = sim::load_costs_file(a.costs_file);
+  sim::apply_kernel_table(s.platform, s.costs);
   for (const auto& kv : a.cost_overrides) {
     const auto eq = kv.find('=');
     if (eq == std::string::npos) throw UsageError("--cost expects KEY=VALUE, got '" + kv + "'");

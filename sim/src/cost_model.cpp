@@ -193,6 +193,31 @@ CostModel parse_costs_json(std::string_view json_text, CostModel base) {
       if (!value.is_object()) fail("'flops' must map \"slot/phase[/symbols]\" to the planned FLOPs measured");
       for (const auto& [node_kind, f] : value.items())
         base.measured_flops[node_kind] = checked(node_kind, number_field(f, node_kind), 0);
+    } else if (key == "kernel_table") {
+      if (!value.is_object()) fail("'kernel_table' must be an object (written by `hybrid-twin calibrate --gpu`)");
+      MeasuredKernels k;
+      if (value.contains("device") && value["device"].is_string()) k.device = value["device"].get<std::string>();
+      if (value.contains("emulated") && value["emulated"].is_boolean()) k.emulated = value["emulated"].get<bool>();
+      if (!value.contains("sizes") || !value["sizes"].is_array() || value["sizes"].size() < 2 || value["sizes"].size() > 16)
+        fail("'kernel_table.sizes' must be an array of 2 to 16 ascending sizes");
+      for (const auto& v : value["sizes"]) {
+        const double s = checked("kernel_table.sizes", number_field(v, "kernel_table.sizes"), 1);
+        if (!k.sizes.empty() && s <= k.sizes.back()) fail("'kernel_table.sizes' must be strictly ascending");
+        k.sizes.push_back(s);
+      }
+      const std::size_t n = k.sizes.size();
+      if (!value.contains("gemm_bf16_tflops") || !value["gemm_bf16_tflops"].is_array() ||
+          value["gemm_bf16_tflops"].size() != n * n * n)
+        fail("'kernel_table.gemm_bf16_tflops' must hold sizes^3 = " + std::to_string(n * n * n) + " numbers");
+      for (const auto& v : value["gemm_bf16_tflops"]) {
+        const double r = checked("kernel_table.gemm_bf16_tflops", number_field(v, "kernel_table.gemm_bf16_tflops"), 0);
+        if (!(r > 0)) fail("'kernel_table.gemm_bf16_tflops' holds a rate that is not positive");
+        k.gemm_bf16_tflops.push_back(r);
+      }
+      if (!value.contains("hbm_gbps")) fail("'kernel_table.hbm_gbps' is missing");
+      k.hbm_bytes_per_s = checked("kernel_table.hbm_gbps", number_field(value["hbm_gbps"], "kernel_table.hbm_gbps"), 0) * 1e9;
+      if (!(k.hbm_bytes_per_s > 0)) fail("'kernel_table.hbm_gbps' must be positive");
+      base.kernels = std::make_shared<const MeasuredKernels>(std::move(k));
     } else if (key == "instances") {
       if (!value.is_object()) fail("'instances' must map \"<rank>/<node label>\" to {rows, sent_bytes}");
       for (const auto& [name, v] : value.items()) {
@@ -220,11 +245,17 @@ CostModel parse_costs_json(std::string_view json_text, CostModel base) {
     } else if (key.empty() || key.front() != '_') {  // "_comment" and friends are allowed
       fail("unknown field '" + key +
            "' (known: launch_overhead_us, host_launch_us, grouped_launch_us, comm_launch_us, interference_factor, "
-           "wake_latency_us, durations_us, "
+           "wake_latency_us, durations_us, kernel_table, "
            "comm_work_us, rows_us, flops, instances)");
     }
   }
   return base;
+}
+
+void apply_kernel_table(PlatformSpec& platform, const CostModel& costs) {
+  if (!costs.kernels) return;
+  platform.gpu.measured = costs.kernels;
+  platform.gpu.hbm_efficiency = std::min(1.0, costs.kernels->hbm_bytes_per_s / platform.gpu.hbm_bytes_per_s);
 }
 
 CostModel load_costs_file(const std::string& path, CostModel base) {

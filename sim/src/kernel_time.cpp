@@ -23,7 +23,6 @@ namespace {
 // rate, so the launch latency and tile and wave quantisation of small shapes are in it (a 256^3
 // GEMM: 6.7 TFLOP/s, i.e. 5 us). Indexed [m][n][k] by log2(size / 256).
 constexpr int kGrid = 5;
-constexpr double kGridMin = 256, kGridMax = 4096;
 constexpr double kSm90Tflops[kGrid * kGrid][kGrid] = {
     {6.7, 11.5, 18.9, 31.9, 90.9},  // m 256, n 256
     {12.4, 23.0, 41.1, 63.9, 93.1},  // m 256, n 512
@@ -80,35 +79,58 @@ double memory_seconds(double bytes, const GpuSpec& gpu) {
 
 }  // namespace
 
-double gemm_rate(double m, double n, double k, const GpuSpec& gpu, bool fp8) {
-  // Trilinear interpolation in log2 of each size. Sizes beyond the table take its edge: above
-  // 4096 a GEMM runs at the 4096 rate (the large-shape plateau, 780 of MAMF's 794.5 TFLOP/s);
-  // below 256 it takes as long as the 256 GEMM (one row of tiles; the kernel's latency), so the
-  // rate falls in proportion.
+namespace {
+
+// Trilinear interpolation of a grid of GEMM rates (TFLOP/s at sizes^3 shapes, index
+// (im * n + in) * n + ik) in log2 of each size. Sizes beyond the grid take its edge: above it a
+// GEMM runs at the edge rate (the large-shape plateau: 780 of MAMF's 794.5 TFLOP/s at 4096 in
+// the built-in table); below it, it takes as long as the smallest GEMM (one row of tiles; the
+// kernel's latency), so the rate falls in proportion.
+template <class Rate>
+double interpolate_grid(double m, double n, double k, const std::vector<double>& sizes, Rate rate) {
+  const std::size_t g = sizes.size();
   double frac[3], scale = 1;
-  int lo[3];
+  std::size_t lo[3];
   const double dims[3] = {m, n, k};
   for (int i = 0; i < 3; ++i) {
     const double d = std::max(dims[i], 1.0);
-    if (d < kGridMin) scale *= d / kGridMin;
-    const double x = std::log2(std::clamp(d, kGridMin, kGridMax) / kGridMin);
-    lo[i] = static_cast<int>(std::min(3.0, std::floor(x)));
-    frac[i] = x - lo[i];
+    if (d < sizes.front()) scale *= d / sizes.front();
+    const double x = std::clamp(d, sizes.front(), sizes.back());
+    std::size_t at = 0;
+    while (at + 2 < g && x >= sizes[at + 1]) ++at;
+    lo[i] = at;
+    frac[i] = std::clamp(std::log2(x / sizes[at]) / std::log2(sizes[at + 1] / sizes[at]), 0.0, 1.0);
   }
   double tflops = 0;
   for (int c = 0; c < 8; ++c) {
     double w = 1;
-    int at[3];
+    std::size_t at[3];
     for (int i = 0; i < 3; ++i) {
       const int up = (c >> i) & 1;
-      at[i] = lo[i] + up;
+      at[i] = lo[i] + static_cast<std::size_t>(up);
       w *= up ? frac[i] : 1 - frac[i];
     }
-    if (w > 0) tflops += w * kSm90Tflops[at[0] * kGrid + at[1]][at[2]];
+    if (w > 0) tflops += w * rate((at[0] * g + at[1]) * g + at[2]);
   }
+  return scale * tflops * 1e12;
+}
+
+const std::vector<double> kSm90Sizes{256, 512, 1024, 2048, 4096};
+
+}  // namespace
+
+double gemm_rate(double m, double n, double k, const GpuSpec& gpu, bool fp8) {
   const double peak = fp8 ? gpu.fp8_peak_flops : gpu.peak_flops;
   const double best = fp8 ? gpu.fp8_gemm_efficiency : gpu.gemm_efficiency;
-  return scale * tflops * 1e12 / (kSm90PeakTflops * 1e12) * peak * (best / kSm90BestFraction);
+  if (gpu.measured) {
+    // The GPU's own BF16 table (calibrate --gpu): its rates as measured; FP8 at the FP8 peak and
+    // best fraction over the BF16 ones.
+    const auto& t = *gpu.measured;
+    const double bf16 = interpolate_grid(m, n, k, t.sizes, [&](std::size_t i) { return t.gemm_bf16_tflops[i]; });
+    return fp8 ? bf16 * (peak * best) / (gpu.peak_flops * gpu.gemm_efficiency) : bf16;
+  }
+  const double sm90 = interpolate_grid(m, n, k, kSm90Sizes, [](std::size_t i) { return kSm90Tflops[i / kGrid][i % kGrid]; });
+  return sm90 / (kSm90PeakTflops * 1e12) * peak * (best / kSm90BestFraction);
 }
 
 double gemm_seconds(double m, double n, double k, double groups, double bytes, const GpuSpec& gpu, bool fp8) {

@@ -22,7 +22,11 @@ Node node(Slot slot, Phase phase, std::string symbols, double flops, double mem)
 }  // namespace
 
 TEST_CASE("roofline: the slower of math and memory, plus the launch overhead", "[sim][costs]") {
-  GpuSpec gpu{1e15, 0.5, 2e12, 0.5};
+  GpuSpec gpu;
+  gpu.peak_flops = 1e15;
+  gpu.flops_efficiency = 0.5;
+  gpu.hbm_bytes_per_s = 2e12;
+  gpu.hbm_efficiency = 0.5;
   CostModel c;
   c.launch_overhead_s = 5e-6;
   // math 1e12 / 5e14 = 2 ms; memory 1e9 / 1e12 = 1 ms -> compute bound

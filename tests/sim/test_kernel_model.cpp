@@ -60,6 +60,28 @@ TEST_CASE("an FP8 GEMM runs the measured shape curve at the FP8 peak and its bes
         Approx(989.0 * 0.803 / (1979 * 0.709)));
 }
 
+TEST_CASE("a measured kernel table prices GEMMs at its own rates and memory at its bandwidth", "[sim][kernels]") {
+  // Two sizes, 8 shapes: rate = 100 + the shape's index (TFLOP/s), HBM 2000 GB/s.
+  std::string rates;
+  for (int i = 0; i < 8; ++i) rates += (i ? ", " : "") + std::to_string(100 + i);
+  const CostModel costs = parse_costs_json(R"({"kernel_table": {"device": "test", "sizes": [512, 2048],
+      "gemm_bf16_tflops": [)" + rates + R"(], "hbm_gbps": 2000}})");
+  PlatformSpec p = preset("dgx-h100");
+  apply_kernel_table(p, costs);
+  // Index (im * 2 + in) * 2 + ik: 512 x 2048 x 512 is (0, 1, 0) = 2 -> 102 TFLOP/s.
+  CHECK(gemm_seconds(512, 2048, 512, 1, 0, p.gpu) == Approx(2 * 512.0 * 2048 * 512 / 102e12));
+  CHECK(gemm_seconds(2048, 2048, 2048, 1, 0, p.gpu) == Approx(2 * 2048.0 * 2048 * 2048 / 107e12));
+  // Half way in log2 between 512 and 2048 on m (1024): the mean of (0,0,0) and (1,0,0).
+  CHECK(gemm_seconds(1024, 512, 512, 1, 0, p.gpu) == Approx(2 * 1024.0 * 512 * 512 / ((100 + 104) / 2.0 * 1e12)));
+  // Memory-bound kernels at the measured 2000 of the spec's 3350 GB/s.
+  CHECK(p.gpu.hbm_efficiency == Approx(2000.0 / 3350));
+  const Kernel norm{KernelKind::Elementwise, false, 0, 0, 0, 1, 0, 1e9};
+  CHECK(kernel_seconds(norm, Phase::Forward, false, p.gpu) == Approx(1e9 / 2000e9));
+  // A table with the wrong number of rates is refused, naming the field.
+  CHECK_THROWS_WITH(parse_costs_json(R"({"kernel_table": {"sizes": [512, 2048], "gemm_bf16_tflops": [1, 2],
+      "hbm_gbps": 2000}})"), Catch::Contains("sizes^3 = 8 numbers"));
+}
+
 TEST_CASE("a grouped GEMM runs one GEMM per expert, up to four side by side while their tiles fit",
           "[sim][kernels]") {
   const GpuSpec h100 = preset("dgx-h100").gpu;

@@ -8,6 +8,7 @@
 #include "ht/engine/cuda/layer_compare.hpp"
 #include "ht/engine/cuda/process_group.hpp"
 #include "ht/engine/cuda_probe.hpp"
+#include "ht/engine/kernel_table.hpp"
 
 namespace ht::engine {
 
@@ -20,6 +21,9 @@ std::vector<OpComparison> compare_cpu_vs_cuda(std::uint64_t, const CompareShape&
   throw std::runtime_error("this build has no CUDA backend (nvcc not found, or HT_ENABLE_CUDA=OFF, at configure time)");
 }
 std::vector<LayerComparison> compare_layers_cuda(std::uint64_t, const LayerShape&) {
+  throw std::runtime_error("this build has no CUDA backend (nvcc not found, or HT_ENABLE_CUDA=OFF, at configure time)");
+}
+KernelTable measure_kernel_table_cuda(const KernelBenchOptions&) {
   throw std::runtime_error("this build has no CUDA backend (nvcc not found, or HT_ENABLE_CUDA=OFF, at configure time)");
 }
 double measure_gemm_tflops_cuda(int, int) {

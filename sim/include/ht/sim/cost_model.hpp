@@ -29,6 +29,8 @@
 //     "comm_work_us": { "combine/forward": { "before": 90, "after": 520 }, "dispatch/backward": 130 },
 //     "rows_us": { "mlp/backward/E": { "per_row_us": 2.1, "mean_rows": 405 } },
 //     "flops": { "mlp/backward/E": 4.1e9 },
+//     "kernel_table": { "device": "NVIDIA H100 80GB HBM3", "sizes": [256, ..., 4096],
+//                       "gemm_bf16_tflops": [sizes^3 numbers], "hbm_gbps": 3010 },
 //     "instances": { "3/F mb2 L1 mlp": { "rows": 412 },
 //                    "3/F mb2 L1 dispatch": { "sent_bytes": { "0": 65536, "1": 0, "2": 131072 } } } }
 // Slot and phase names are schedule::to_string(Slot) / to_string(Phase); an instance is
@@ -36,6 +38,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -92,6 +95,9 @@ struct CostModel {
   std::map<std::string, RowScaling, std::less<>> row_scaling;      // same keys as measured_s
   std::map<std::string, double, std::less<>> measured_flops;       // backward/weight keys: planned FLOPs measured
   std::map<std::string, MeasuredInstance, std::less<>> instances;  // instance_key -> measured
+  // Kernel rates of a real GPU ("kernel_table", written by `hybrid-twin calibrate --gpu`);
+  // apply_kernel_table puts them on the platform's GPU.
+  std::shared_ptr<const MeasuredKernels> kernels;
   bool operator==(const CostModel&) const = default;
 
   // Seconds of a compute node on `gpu`: table first (scaled by its measured rows), else its
@@ -126,6 +132,11 @@ double kernel_seconds(const schedule::Kernel& kernel, schedule::Phase phase, boo
 // (preprocess, main, dQ conversion); the rest once per phase.
 int kernel_launches(const schedule::Kernel& kernel, schedule::Phase phase, bool delay_wgrad);
 double work_seconds(const schedule::Work& work, schedule::Phase phase, bool delay_wgrad, const GpuSpec& gpu);
+
+// The platform priced with the cost model's measured kernel table, if it has one: GEMMs from
+// the table, memory-bound kernels at the measured HBM bandwidth (as the fraction of the spec
+// sheet's peak it reached).
+void apply_kernel_table(PlatformSpec& platform, const CostModel& costs);
 
 // Parses the JSON form; throws SimError(BadCosts) with the offending field.
 CostModel parse_costs_json(std::string_view json_text, CostModel base = {});

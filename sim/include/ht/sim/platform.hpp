@@ -55,11 +55,24 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace ht::sim {
+
+// Kernel rates measured on a real GPU (`hybrid-twin calibrate --gpu`, a cost file's
+// "kernel_table"): BF16 GEMM TFLOP/s on a grid of sizes^3 shapes and the HBM bandwidth a streaming
+// copy reaches. When a GpuSpec carries one, its GEMMs and memory-bound kernels are priced from it.
+struct MeasuredKernels {
+  std::string device;
+  bool emulated = false;
+  std::vector<double> sizes;
+  std::vector<double> gemm_bf16_tflops;  // index (im * n + in) * n + ik
+  double hbm_bytes_per_s = 0;
+  bool operator==(const MeasuredKernels&) const = default;
+};
 
 struct GpuSpec {
   double peak_flops = 989e12;        // dense bf16 FLOP/s
@@ -85,6 +98,7 @@ struct GpuSpec {
   // point-to-point send uses 2 (NCCL_NCHANNELS_PER_NET_PEER's default, issue 1424).
   int nccl_sms = 16;
   int nccl_p2p_sms = 2;
+  std::shared_ptr<const MeasuredKernels> measured;  // null: the built-in tables (kernel_time.cpp)
   bool operator==(const GpuSpec&) const = default;
 };
 

@@ -119,7 +119,9 @@ double CostModel::compute_seconds(const schedule::Node& node, const GpuSpec& gpu
     const double t = work_seconds(*work, node.phase, delay_wgrad, gpu);
     // The host issues the node's kernels while the GPU runs them: the node takes the longer of
     // the two (a host that falls behind leaves the GPU idle between kernels).
-    return t > 0 ? std::max(t, host_seconds(*work, node.phase, delay_wgrad, cuda_graphs)) + launch_overhead_s : 0;
+    // The slowest GPU of the synchronous step sets its pace (GpuSpec::slow_gpu_spread).
+    const double slowest = t / (1 - gpu.slow_gpu_spread);
+    return t > 0 ? std::max(slowest, host_seconds(*work, node.phase, delay_wgrad, cuda_graphs)) + launch_overhead_s : 0;
   }
   const double math = node.flops / (gpu.peak_flops * gpu.flops_efficiency);
   const double memory = node.mem_bytes / (gpu.hbm_bytes_per_s * gpu.hbm_efficiency);

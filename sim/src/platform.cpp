@@ -97,6 +97,11 @@ const std::map<std::string, Setter, std::less<>>& setters() {
       {"fp8_gemm_efficiency", [](PlatformSpec& s, auto k, auto v) { s.gpu.fp8_gemm_efficiency = fraction(k, v); }},
       {"permute_efficiency", [](PlatformSpec& s, auto k, auto v) { s.gpu.permute_efficiency = fraction(k, v); }},
       {"nccl_sms", [](PlatformSpec& s, auto k, auto v) { s.gpu.nccl_sms = count(k, v, 0); }},
+      {"slow_gpu_spread", [](PlatformSpec& s, auto k, auto v) {
+         s.gpu.slow_gpu_spread = parse_number(k, v);
+         if (!(s.gpu.slow_gpu_spread >= 0 && s.gpu.slow_gpu_spread < 0.5))
+           fail("'slow_gpu_spread' must be in [0, 0.5), got " + std::string(v));
+       }},
   };
   return table;
 }
@@ -174,6 +179,7 @@ PlatformSpec preset(std::string_view name) {
     s.nvlink_efficiency = 1;
     s.nvlink_ingress = false;
     s.host_cores = 1;
+    s.gpu.slow_gpu_spread = 0;  // the calibrated CPU ranks: measured durations already
     return s;
   }
   std::string known;

@@ -30,6 +30,7 @@ inline PlatformSpec exact_platform(int nodes, int gpus_per_node) {
   p.gpu.hbm_bytes_per_s = 1e18;
   p.gpu.hbm_efficiency = 1;
   p.gpu.nccl_sms = 0;  // no SM sharing: closed forms of compute and comm apart
+  p.gpu.slow_gpu_spread = 0;
   p.gpu.nccl_p2p_sms = 0;
   return p;
 }

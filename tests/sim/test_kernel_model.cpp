@@ -60,6 +60,18 @@ TEST_CASE("an FP8 GEMM runs the measured shape curve at the FP8 peak and its bes
         Approx(989.0 * 0.803 / (1979 * 0.709)));
 }
 
+TEST_CASE("a synchronous step computes at the slowest GPU's pace: 5 % below a benchmarked GPU",
+          "[sim][kernels]") {
+  GpuSpec h100 = preset("dgx-h100").gpu;
+  ht::schedule::Work large{{{KernelKind::Gemm, true, 4096, 4096, 4096, 1, 2 * 4096.0 * 4096 * 4096, 0}}};
+  ht::schedule::Node n;
+  n.flops = 1;
+  const CostModel costs;
+  CHECK(costs.compute_seconds(n, h100, &large) == Approx(gemm_seconds(4096, 4096, 4096, 1, 0, h100) / 0.95));
+  h100.slow_gpu_spread = 0;
+  CHECK(costs.compute_seconds(n, h100, &large) == Approx(gemm_seconds(4096, 4096, 4096, 1, 0, h100)));
+}
+
 TEST_CASE("a measured kernel table prices GEMMs at its own rates and memory at its bandwidth", "[sim][kernels]") {
   // Two sizes, 8 shapes: rate = 100 + the shape's index (TFLOP/s), HBM 2000 GB/s.
   std::string rates;
@@ -109,7 +121,8 @@ TEST_CASE("a permutation moves its rows at the permute kernels' share of HBM, on
 
 TEST_CASE("the host launches every kernel: a node takes the longer of its GPU and host time",
           "[sim][kernels]") {
-  const GpuSpec h100 = preset("dgx-h100").gpu;
+  GpuSpec h100 = preset("dgx-h100").gpu;
+  h100.slow_gpu_spread = 0;  // the GPU side alone here; the slowest GPU's pace has its own test
   CostModel costs;
   // 100 tiny GEMMs: each 5 us on the GPU (the 256^3 latency floor), 11 us to launch from Python.
   ht::schedule::Work tiny;

@@ -18,6 +18,7 @@
 //   fp8_peak_tflops, fp8_gemm_efficiency  FP8 GEMMs (--precision fp8): dense peak, best fraction
 //   permute_efficiency fraction of HBM bandwidth MoE permutation kernels reach
 //   nccl_sms           SMs an NCCL collective's kernel holds (compute beside it keeps the rest)
+//   slow_gpu_spread    achieved-rate spread between same-SKU GPUs: compute runs at the slowest's
 //   oversubscription   fat-tree leaf oversubscription (1 = full bisection)
 //   nodes, gpus_per_node  cluster size; nodes = 0 means "as many as the plan needs"
 //   nvlink_ingress     1: a GPU's NVLink port caps what it receives as well as what it sends;
@@ -99,6 +100,10 @@ struct GpuSpec {
   int nccl_sms = 16;
   int nccl_p2p_sms = 2;
   std::shared_ptr<const MeasuredKernels> measured;  // null: the built-in tables (kernel_time.cpp)
+  // Same-SKU GPUs of one node differ by 5 %+ in achieved GEMM rate (cooling, silicon; Bekman's ML
+  // engineering, "Not all accelerators are created equal"), and a synchronous step runs at the
+  // slowest: compute is priced at 1 / (1 - spread) of a benchmarked GPU's time (physics.md 1.2).
+  double slow_gpu_spread = 0.05;
   bool operator==(const GpuSpec&) const = default;
 };
 

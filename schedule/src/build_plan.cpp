@@ -333,14 +333,12 @@ class RankBuilder {
     Node n = layer_part(l, s, phase, Part::Main, Stream::Comm);
     n.symbols = std::string(1, l.shape.terminal);
     n.sends = a2a_sends(d, peers, coords_.ep, ctx_.route, s, phase, ctx_.shard);
-    for (int peer = 0; peer < ep; ++peer) {
-      if (peer == coords_.ep) continue;
-      // What arrives: alltoall's mirror share; the other dispatchers are symmetric.
-      const double in = ctx_.route.dispatcher == Dispatcher::AllToAll || ctx_.route.skew != 0
-                            ? a2a_bytes(d, ep, ctx_.route, s, phase, peer, coords_.ep, ctx_.shard)
-                            : n.sends[static_cast<std::size_t>(peer < coords_.ep ? peer : peer - 1)].bytes;
-      n.mem_bytes += n.sends[static_cast<std::size_t>(peer < coords_.ep ? peer : peer - 1)].bytes + in;
-    }
+    // What leaves, and what arrives: alltoall's mirror shares; the other dispatchers are symmetric.
+    const bool mirror = ctx_.route.dispatcher == Dispatcher::AllToAll || ctx_.route.skew != 0;
+    for (const Transfer& t : n.sends) n.mem_bytes += mirror ? t.bytes : 2 * t.bytes;
+    if (mirror)
+      for (int peer = 0; peer < ep; ++peer)
+        if (peer != coords_.ep) n.mem_bytes += a2a_bytes(d, ep, ctx_.route, s, phase, peer, coords_.ep, ctx_.shard);
     collectives_.emplace_back(emit(std::move(n), c), CollectiveKind::AllToAll, Group::Ep);
     if (s == Slot::Dispatch && ctx_.cfg.etp > 1) etp_node(l, s, phase, c, Part::EtpGather);
   }

@@ -337,6 +337,41 @@ CASES = [
     ("kept-truncated-checkpoint", 0, 2, ["train", "--resume", "ck", "--steps", "1"], "truncated",
      lambda d: (lambda ck: os.truncate(os.path.join(ck, manifest(ck)["files"]["model"]["file"]), 100))(make_checkpoint(d)),
      None),
+    # issue 32's inputs: fidelity files, measured kernel tables, the step physics
+    ("fidelity-not-a-fidelity-file", 10, 2, ["fidelity", "f.json"], "not a fidelity file",
+     files(**{"f.json": '{"runs": []}'}), lambda d, out, err: out == ""),
+    ("fidelity-duplicate-id", 10, 2, ["fidelity", "f.json"], "run id 'a' appears twice",
+     files(**{"f.json": json.dumps({"format": "hybrid-twin-fidelity", "version": 1, "runs": [
+         {"id": "a", "source": "s", "args": ["--pattern", "M*E"], "measured": {"step_time_s": 1}},
+         {"id": "a", "source": "s", "args": ["--pattern", "M*E"], "measured": {"step_time_s": 1}}]})}), None),
+    ("fidelity-row-without-source", 10, 2, ["fidelity", "f.json"], "has no \"source\"",
+     files(**{"f.json": json.dumps({"format": "hybrid-twin-fidelity", "version": 1, "runs": [
+         {"id": "a", "args": ["--pattern", "M*E"], "measured": {"step_time_s": 1}}]})}), None),
+    ("fidelity-unknown-metric", 10, 2, ["fidelity", "f.json"], "unknown measured key 'speed'",
+     files(**{"f.json": json.dumps({"format": "hybrid-twin-fidelity", "version": 1, "runs": [
+         {"id": "a", "source": "s", "args": ["--pattern", "M*E"], "measured": {"speed": 1}}]})}), None),
+    ("fidelity-negative-measurement", 10, 2, ["fidelity", "f.json"], "must be a positive number",
+     files(**{"f.json": json.dumps({"format": "hybrid-twin-fidelity", "version": 1, "runs": [
+         {"id": "a", "source": "s", "args": ["--pattern", "M*E"], "measured": {"step_time_s": -1}}]})}), None),
+    ("fidelity-row-that-cannot-simulate", 10, 1, ["fidelity", "f.json"], "",
+     files(**{"f.json": json.dumps({"format": "hybrid-twin-fidelity", "version": 1, "runs": [
+         {"id": "a", "source": "s", "args": ["--pattern", "M*E", "--ep", "3"], "measured": {"step_time_s": 1}}]})}),
+     lambda d, out, err: "error:" in out),
+    ("costs-kernel-table-short", 10, 2, ["simulate", "--pattern", "M*E", "--costs", "c.json"], "sizes^3 = 8 numbers",
+     files(**{"c.json": '{"kernel_table": {"sizes": [256, 512], "gemm_bf16_tflops": [1, 2], "hbm_gbps": 3000}}'}), None),
+    ("costs-kernel-table-descending", 10, 2, ["simulate", "--pattern", "M*E", "--costs", "c.json"], "strictly ascending",
+     files(**{"c.json": '{"kernel_table": {"sizes": [512, 256], "gemm_bf16_tflops": [1,1,1,1,1,1,1,1], "hbm_gbps": 3000}}'}),
+     None),
+    ("calibrate-gpu-with-a-trace", 10, 2, ["calibrate", "--gpu", "--trace", "t.json"], "takes no trace", None, None),
+    ("calibrate-emulate-alone", 10, 2, ["calibrate", "--emulate"], "--emulate goes with --gpu", None, None),
+    ("platform-slow-gpu-spread", 10, 2, ["simulate", "--pattern", "M*E", "--platform", "dgx-h100:slow_gpu_spread=0.9"],
+     "slow_gpu_spread", None, None),
+    ("simulate-mxfp8-on-hopper", 10, 2, ["simulate", "--pattern", "M*E", "--precision", "mxfp8"], "needs a GPU with MXFP8",
+     None, None),
+    ("simulate-unknown-dispatcher", 10, 2, ["simulate", "--pattern", "M*E", "--moe-dispatcher", "nccl"], "moe-dispatcher",
+     None, None),
+    ("model-router-groups-not-dividing", 10, 2, ["simulate", "--pattern", "M*E", "--router-groups", "5",
+                                                 "--router-group-topk", "2"], "must divide num_experts", None, None),
 ]
 
 

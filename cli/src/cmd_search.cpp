@@ -31,6 +31,7 @@
 #include "ht/schedule/layout.hpp"
 #include "ht/schedule/memory.hpp"
 #include "ht/schedule/model_card.hpp"
+#include "ht/schedule/pipeline_order.hpp"
 #include "model_flags.hpp"
 #include "whatif.hpp"
 
@@ -145,6 +146,8 @@ double node_floor(const Setup& s, const hs::Plan& plan, const hs::Node& n, std::
 //  - fill: its first forward (microbatch 0, chunk 0) needs every earlier stage's forward of that
 //    chunk first; drain: after its last backward (the last microbatch's chunk 0) every earlier
 //    stage runs that chunk's backward in turn.
+//  - with the overlap, the warm-up steps run forward chunks alone and the cool-down steps
+//    backward chunks alone: their all-to-alls leave the compute stream waiting;
 //  - the data-parallel step: the first forward waits for the first parameter gather; after the
 //    last backward the last gradient reduction runs, then the optimizer step.
 // step >= max over r of fill + busy and of fill + microbatch work + the larger of the drain and
@@ -155,6 +158,7 @@ double stage_bound(const Setup& s, const hs::Plan& plan, int microbatches, int s
   struct Rank {
     int pp = 0;
     double compute = 0, compute_mb = 0, a2a = 0, streams[3] = {0, 0, 0}, first_forward = 0, last_backward = 0;
+    std::map<std::pair<int, bool>, double> chunk_a2a;  // (vp stage, backward) -> one chunk's all-to-alls
     double first_gather = 0, last_reduce = 0, optimizer = 0;  // the data-parallel step around the microbatches
   };
   std::vector<Rank> ranks(plan.ranks.size());
@@ -186,6 +190,8 @@ double stage_bound(const Setup& s, const hs::Plan& plan, int microbatches, int s
       if (per_mb && n.phase != hs::Phase::Weight) rk.compute_mb += cost;
     // The first microbatch's chunk 0 (the same work as every microbatch's): its forward chain
     // and its backward chain, compute and all-to-alls.
+    if (n.microbatch == 0 && a2a && n.phase != hs::Phase::Recompute)
+      rk.chunk_a2a[{n.vp_stage, n.phase == hs::Phase::Backward}] += cost / scale;
     if (n.microbatch == 0 && n.vp_stage == 0 && (n.stream == hs::Stream::Compute || a2a)) {
       const double once = cost / scale;
       if (n.phase == hs::Phase::Forward) rk.first_forward += once;
@@ -206,7 +212,21 @@ double stage_bound(const Setup& s, const hs::Plan& plan, int microbatches, int s
     const double sms = std::max(1, s.platform.gpu.sms);
     const double ep_sms = plan.ep_comm_sms > 0 ? plan.ep_comm_sms : s.platform.gpu.nccl_sms;
     const double shared = std::max((plan.overlap ? rk.a2a * ep_sms : 0.0), rk.streams[2] * s.platform.gpu.nccl_sms) / sms;
-    const double busy = plan.overlap ? std::max(rk.compute + shared, rk.a2a) : rk.compute + rk.a2a + shared;
+    // With the overlap, a warm-up step runs a forward chunk alone and a cool-down step a
+    // backward chunk alone: the compute stream's next node waits for each of their all-to-alls.
+    double alone = 0;
+    if (plan.overlap) {
+      hs::ParallelConfig full = s.parallel;
+      full.microbatches = microbatches;
+      const int warm = hs::warmup_microbatches(full, rk.pp, true);
+      const int total = microbatches * full.model_chunks();
+      for (int k = 0; k < warm && k < total; ++k) {
+        const auto f = rk.chunk_a2a.find({hs::forward_chunk(full, k).vp_stage, false});
+        const auto b = rk.chunk_a2a.find({hs::backward_chunk(full, total - 1 - k).vp_stage, true});
+        alone += (f != rk.chunk_a2a.end() ? f->second : 0.0) + (b != rk.chunk_a2a.end() ? b->second : 0.0);
+      }
+    }
+    const double busy = plan.overlap ? std::max(rk.compute + shared + alone, rk.a2a) : rk.compute + rk.a2a + shared;
     fill += rk.first_gather;
     const double after = std::max(drain, rk.last_reduce + rk.optimizer);
     bound = std::max({bound, fill + busy, fill + rk.compute_mb + after, rk.streams[0], rk.streams[1], rk.streams[2]});

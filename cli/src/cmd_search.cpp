@@ -307,8 +307,8 @@ std::vector<Candidate> enumerate(const SearchArgs& a, const Setup& base) {
   if (eps.empty()) {
     eps.push_back(1);
     if (moe)
-      for (int e = 2; e <= base.dims.num_experts && e <= a.gpus; e *= 2)
-        if (base.dims.num_experts % e == 0) eps.push_back(e);
+      for (long long e = 2; e <= base.dims.num_experts && e <= a.gpus; e *= 2)
+        if (base.dims.num_experts % e == 0) eps.push_back(static_cast<int>(e));
   }
   std::vector<Candidate> out;
   for (int tp : a.tp)
@@ -331,20 +331,28 @@ std::vector<Candidate> enumerate(const SearchArgs& a, const Setup& base) {
 }
 
 // The `simulate` command that gives one candidate's result (--emit-jobs).
+// One word for a POSIX shell, whatever its bytes: single-quoted, each ' written as '\''. Every
+// value a job line takes from the user goes through it (the job file is handed to a scheduler).
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return q + "'";
+}
+
 std::string job_command(const SearchArgs& a, const Setup& base, const Candidate& c, const std::string& out) {
   std::ostringstream o;
-  o << "mkdir -p '" << a.jobs_dir << "' && " << a.bin << " simulate";
-  if (!a.model.model_file.empty()) o << " --model '" << a.model.model_file << "'";
-  if (a.model.preset != "default") o << " --preset " << a.model.preset;
+  o << "mkdir -p " << shell_quote(a.jobs_dir) << " && " << shell_quote(a.bin) << " simulate";
+  if (!a.model.model_file.empty()) o << " --model " << shell_quote(a.model.model_file);
+  if (a.model.preset != "default") o << " --preset " << shell_quote(a.model.preset);
   for (const auto& [name, option] : a.model.options)
     if (option->count() > 0) o << " --" << name << " " << a.model.values.at(name);
-  if (!a.pattern.empty()) o << " --pattern '" << base.pattern << "'";
-  o << " --platform '" << a.platform << "' --gpus " << a.gpus << " --gbs " << a.gbs << " --tp " << c.tp << " --cp "
-    << c.cp << " --pp " << c.pp << " --vpp " << c.vpp << " --ep " << c.ep << " --etp " << c.etp << " --mbs " << c.mbs
-    << " --recompute " << (c.recompute == "none" ? "none" : c.recompute) << (c.overlap ? " --overlap" : " --no-overlap")
+  if (!a.pattern.empty()) o << " --pattern " << shell_quote(base.pattern);
+  o << " --platform " << shell_quote(a.platform) << " --gpus " << a.gpus << " --gbs " << a.gbs << " --tp " << c.tp
+    << " --cp " << c.cp << " --pp " << c.pp << " --vpp " << c.vpp << " --ep " << c.ep << " --etp " << c.etp << " --mbs "
+    << c.mbs << " --recompute " << shell_quote(c.recompute) << (c.overlap ? " --overlap" : " --no-overlap")
     << " --moe-dispatcher " << a.physics.dispatcher << " --routing " << a.physics.routing << " --precision "
     << a.physics.precision << " --moe-dispatch-dtype " << a.physics.dispatch_dtype
-    << (a.physics.tp_comm_overlap ? " --tp-comm-overlap" : "") << " --json > '" << out << "'";
+    << (a.physics.tp_comm_overlap ? " --tp-comm-overlap" : "") << " --json > " << shell_quote(out);
   return o.str();
 }
 
@@ -353,6 +361,21 @@ int run_search(const SearchArgs& a) {
   if (a.gbs <= 0) throw UsageError("search needs --gbs G (global batch in sequences)");
   if (a.top < 1) throw UsageError("--top must be at least 1");
   if (a.jobs < 1 || a.jobs > 256) throw UsageError("-j must be between 1 and 256");
+  // Each size in the lists where it enters: a zero would divide the world by zero below.
+  const auto at_least = [](const std::vector<int>& list, const char* flag, int min) {
+    for (int v : list)
+      if (v < min)
+        throw UsageError(std::string(flag) + " holds " + std::to_string(v) + "; every value must be >= " +
+                         std::to_string(min));
+  };
+  at_least(a.tp, "--tp-list", 1);
+  at_least(a.cp, "--cp-list", 1);
+  at_least(a.pp, "--pp-list", 1);
+  at_least(a.vpp, "--vpp-list", 0);
+  at_least(a.ep, "--ep-list", 1);
+  at_least(a.etp, "--etp-list", 1);
+  at_least(a.mbs, "--mbs-list", 1);
+  if (a.jobs_dir.empty()) throw UsageError("--jobs-dir is empty");
   Setup base;
   const hs::ModelCard card = a.model.resolve_card();
   base.model = card.name;

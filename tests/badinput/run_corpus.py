@@ -370,6 +370,21 @@ CASES = [
      None, None),
     ("simulate-unknown-dispatcher", 10, 2, ["simulate", "--pattern", "M*E", "--moe-dispatcher", "nccl"], "moe-dispatcher",
      None, None),
+    # issue 29 (search, beside issue 32): a zero in a list divided the world by zero (SIGFPE);
+    # emitted job lines must be one shell word per value, whatever the bytes
+    ("search-zero-in-tp-list", 10, 2, ["search", "--pattern", "[*E]", "--preset", "tiny", "--gpus", "4", "--gbs", "8",
+                                       "--tp-list", "0"], "--tp-list holds 0", None, None),
+    ("search-zero-in-mbs-list", 10, 2, ["search", "--pattern", "[*E]", "--preset", "tiny", "--gpus", "4", "--gbs", "8",
+                                        "--mbs-list", "0"], "--mbs-list holds 0", None, None),
+    ("search-emit-jobs-hostile-names", 10, 0,
+     ["search", "--pattern", "[*E]", "--preset", "tiny", "--gpus", "4", "--gbs", "8", "--emit-jobs", "jobs.txt",
+      "--jobs-dir", "out'; touch PWNED; echo '$(touch PWNED2)", "--bin", "true", "--platform", "dgx-h100"],
+     "", None,
+     lambda d, out, err: subprocess.run(["sh", "-n", "jobs.txt"], cwd=d).returncode == 0
+     and all(subprocess.run(["sh", "-c", line], cwd=d).returncode == 0
+             for line in open(os.path.join(d, "jobs.txt")).read().splitlines()[:3])
+     and not os.path.exists(os.path.join(d, "PWNED")) and not os.path.exists(os.path.join(d, "PWNED2"))
+     and os.path.isdir(os.path.join(d, "out'; touch PWNED; echo '$(touch PWNED2)"))),
     ("model-router-groups-not-dividing", 10, 2, ["simulate", "--pattern", "M*E", "--router-groups", "5",
                                                  "--router-group-topk", "2"], "must divide num_experts", None, None),
 ]

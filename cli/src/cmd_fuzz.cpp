@@ -180,9 +180,9 @@ const Registration reg{{
       auto a = std::make_shared<FuzzArgs>();
       sub.add_option("--property", a->properties,
                      "property name or group prefix (repeatable; default: all; see --list)");
-      auto* cases = sub.add_option("--cases", a->cases, "cases per property (default 100)")->check(CLI::PositiveNumber);
+      auto* cases = sub.add_option("--cases", a->cases, "cases per property (default 100)")->check(kPositive);
       sub.add_option("--seconds", a->seconds, "time budget per property instead of a case count")
-          ->check(CLI::PositiveNumber)
+          ->check(kPositive)
           ->excludes(cases);
       sub.add_option("--seed", a->seed, "seed (default: random, printed on stderr)");
       sub.add_option("--pattern", a->pattern, "fix the pattern and fuzz everything else");

@@ -149,13 +149,13 @@ const Registration reg{{
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<PatternArgs>();
       sub.add_option("--pattern,PATTERN", a->pattern, "hybrid layer pattern, e.g. 'M[*E]M[*E]-' or 'M*|M-/*E'")->required();
-      sub.add_option("--pp", a->pp, "pipeline-parallel size")->check(CLI::PositiveNumber);
+      sub.add_option("--pp", a->pp, "pipeline-parallel size")->check(kPositive);
       sub.add_option("--vpp", a->vpp, "virtual pipeline stages per rank (needs '|' in the pattern)")
-          ->check(CLI::PositiveNumber);
+          ->check(kPositive);
       sub.add_option("--first-stage-layers", a->first, "layers on the first stage (legacy pipe-less split)")
-          ->check(CLI::NonNegativeNumber);
+          ->check(kNonNegative);
       sub.add_option("--last-stage-layers", a->last, "layers on the last stage (legacy pipe-less split)")
-          ->check(CLI::NonNegativeNumber);
+          ->check(kNonNegative);
       sub.add_flag("--gpt-map", a->gpt_map, "also show how a GPT checkpoint's layers map onto this pattern");
       sub.add_flag("--no-namespace-check", a->no_namespace_check,
                    "accept groups whose members share a checkpoint namespace (rule G5)");

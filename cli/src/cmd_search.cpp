@@ -56,6 +56,7 @@ struct SearchArgs {
   bool json_out = false, no_prune = false;
   std::string emit_jobs, jobs_dir = "search-results", bin = "hybrid-twin";
   PhysicsFlags physics;
+  hs::PipelineSplit split;  // uneven first/last stages, applied to every layout with pp > 1
 };
 
 // The setup of one candidate; throws ScheduleError naming the rule it breaks.
@@ -69,6 +70,7 @@ Setup setup_of(const Setup& base, const SearchArgs& a, const Candidate& c) {
   cfg.optimizer.overlap_grad_reduce = true;
   cfg.optimizer.overlap_param_gather = true;
   cfg.recompute = hs::parse_recompute(c.recompute);
+  if (c.pp > 1) cfg.split = a.split;
   hs::LayoutRequest r;
   r.gpus = a.gpus, r.gbs = a.gbs, r.tp = c.tp, r.cp = c.cp, r.pp = c.pp, r.vpp = c.vpp, r.ep = c.ep, r.etp = c.etp;
   s.parallel = hs::resolve_layout(r, s.dims, cfg);
@@ -352,7 +354,10 @@ std::string job_command(const SearchArgs& a, const Setup& base, const Candidate&
     << c.mbs << " --recompute " << shell_quote(c.recompute) << (c.overlap ? " --overlap" : " --no-overlap")
     << " --moe-dispatcher " << a.physics.dispatcher << " --routing " << a.physics.routing << " --precision "
     << a.physics.precision << " --moe-dispatch-dtype " << a.physics.dispatch_dtype
-    << (a.physics.tp_comm_overlap ? " --tp-comm-overlap" : "") << " --json > " << shell_quote(out);
+    << (a.physics.tp_comm_overlap ? " --tp-comm-overlap" : "");
+  if (c.pp > 1 && a.split.first_stage_layers >= 0) o << " --first-stage-layers " << a.split.first_stage_layers;
+  if (c.pp > 1 && a.split.last_stage_layers >= 0) o << " --last-stage-layers " << a.split.last_stage_layers;
+  o << " --json > " << shell_quote(out);
   return o.str();
 }
 
@@ -591,6 +596,12 @@ const Registration search_reg{{
           ->delimiter(',')
           ->group(space);
       sub.add_option("--etp-list", a->etp, "expert tensor-parallel sizes")->delimiter(',')->capture_default_str()->group(space);
+      sub.add_option("--decoder-first-pipeline-num-layers,--first-stage-layers", a->split.first_stage_layers,
+                     "layers on the first pipeline rank of every layout with pp > 1 (uneven split)")
+          ->check(kNonNegative)->group(space);
+      sub.add_option("--decoder-last-pipeline-num-layers,--last-stage-layers", a->split.last_stage_layers,
+                     "layers on the last pipeline rank of every layout with pp > 1 (uneven split)")
+          ->check(kNonNegative)->group(space);
       sub.add_option("--mbs-list", a->mbs, "micro batch sizes")->delimiter(',')->capture_default_str()->group(space);
       sub.add_option("--recompute-list", a->recompute, "recomputation settings ('none', 'full', module lists; ';'-separated)")
           ->delimiter(';')

@@ -94,6 +94,12 @@ void print_run(const Setup& s, const Run& r) {
     std::cout << "pipeline     layers split with the " << (r.plan.account_embedding ? "embedding" : "")
               << (r.plan.account_embedding && r.plan.account_loss ? " and the " : "")
               << (r.plan.account_loss ? "loss" : "") << " counted as a layer\n";
+  if (l.split.uneven())
+    std::cout << "pipeline     uneven split: "
+              << (l.split.first_stage_layers >= 0 ? "first rank " + std::to_string(l.split.first_stage_layers) + " layers" : "")
+              << (l.split.first_stage_layers >= 0 && l.split.last_stage_layers >= 0 ? ", " : "")
+              << (l.split.last_stage_layers >= 0 ? "last rank " + std::to_string(l.split.last_stage_layers) + " layers" : "")
+              << ", the middle ranks the rest\n";
   std::cout << sim::describe(sim::sized_for(s.platform, r.plan.layout_ranks()))
             << "step time    " << ms(m.step_time_s) << "  (" << perf.str() << ")\n"
             << "memory       " << gib(mem.total()) << " of " << gib(r.hbm_bytes) << (fits(r) ? " (fits)" : " (DOES NOT FIT)")
@@ -441,7 +447,7 @@ const Registration reg{{
           ->group(twin);
       sub.add_option("--pairwise-max-group", a->pairwise_max_group,
                      "auto: pairwise flows for collectives of at most this many ranks")
-          ->check(CLI::PositiveNumber)
+          ->check(kPositive)
           ->capture_default_str()
           ->group(twin);
       sub.add_flag("--no-fold", a->no_fold,

@@ -565,12 +565,12 @@ const Registration reg{{
       sub.add_option("--weight-decay", a->opt.weight_decay, "AdamW decoupled weight decay (matrices only)")
           ->capture_default_str();
       sub.add_option("--clip", a->opt.clip_norm, "global gradient-norm clip (0 = off)")->capture_default_str();
-      sub.add_option("--batch", a->batch, "sequences per step")->check(CLI::PositiveNumber)->capture_default_str();
-      sub.add_option("--seq", a->seq, "bytes per sequence")->check(CLI::PositiveNumber)->capture_default_str();
+      sub.add_option("--batch", a->batch, "sequences per step")->check(kPositive)->capture_default_str();
+      sub.add_option("--seq", a->seq, "bytes per sequence")->check(kPositive)->capture_default_str();
       sub.add_option("--data", a->data, "training text (default: an OS license text, else the built-in text)");
       sub.add_option("--checkpoint", a->checkpoint, "directory to write the checkpoint to at the end");
       sub.add_option("--checkpoint-every", a->checkpoint_every, "also write it every N steps")
-          ->check(CLI::NonNegativeNumber);
+          ->check(kNonNegative);
       sub.add_option("--resume", a->resume, "continue from this checkpoint directory (its config and seed)");
       sub.add_option("--import-gpt", a->import_gpt, "initialise attention/MLP layers from a GPT safetensors file");
       sub.add_flag("--json", a->json_out, "print one JSON object instead of the summary");
@@ -590,7 +590,7 @@ const Registration reg{{
       add_overlap_flags(sub, a->schedule_flags);
       const char* x = "Executor (EP ranks as threads)";
       sub.add_option("--link-gbps", a->link_gbps, "throttle each rank's egress link to X GB/s (0 = off)")
-          ->check(CLI::NonNegativeNumber)->group(x);
+          ->check(kNonNegative)->group(x);
       sub.add_option("--comm-priority", a->comm_priority,
                      "comm stream threads at real-time priority where the OS allows it (root or CAP_SYS_NICE; "
                      "the trace records what was granted), or normal")
@@ -598,7 +598,7 @@ const Registration reg{{
           ->capture_default_str()
           ->group(x);
       sub.add_option("--link-latency-us", a->link_latency_us, "latency per message in microseconds (0 = none)")
-          ->check(CLI::NonNegativeNumber)->group(x);
+          ->check(kNonNegative)->group(x);
       sub.add_option("--trace", a->trace, "write one step's measured timeline as Chrome-trace JSON (under mpirun, process p > 0 writes "
                      "NAME.proc<p>.json with its ranks)")->group(x);
       sub.add_option("--trace-step", a->trace_step,
@@ -616,24 +616,24 @@ const Registration reg{{
           ->capture_default_str()
           ->group(x);
       const char* g = "Model dimensions";
-      sub.add_option("--hidden", c.hidden, "hidden size")->check(CLI::PositiveNumber)->capture_default_str()->group(g);
-      sub.add_option("--heads", c.num_heads, "attention heads")->check(CLI::PositiveNumber)->capture_default_str()->group(g);
-      sub.add_option("--kv-heads", c.num_kv_heads, "key/value heads (GQA)")->check(CLI::PositiveNumber)->capture_default_str()->group(g);
-      sub.add_option("--head-dim", c.head_dim, "attention head size")->check(CLI::PositiveNumber)->capture_default_str()->group(g);
-      sub.add_option("--window", c.window, "'W' attention window")->check(CLI::PositiveNumber)->capture_default_str()->group(g);
+      sub.add_option("--hidden", c.hidden, "hidden size")->check(kPositive)->capture_default_str()->group(g);
+      sub.add_option("--heads", c.num_heads, "attention heads")->check(kPositive)->capture_default_str()->group(g);
+      sub.add_option("--kv-heads", c.num_kv_heads, "key/value heads (GQA)")->check(kPositive)->capture_default_str()->group(g);
+      sub.add_option("--head-dim", c.head_dim, "attention head size")->check(kPositive)->capture_default_str()->group(g);
+      sub.add_option("--window", c.window, "'W' attention window")->check(kPositive)->capture_default_str()->group(g);
       sub.add_flag("--rope,!--no-rope", c.rope, "rotary position embedding in attention")->group(g);
-      sub.add_option("--ffn", c.ffn_hidden, "dense MLP width")->check(CLI::PositiveNumber)->capture_default_str()->group(g);
-      sub.add_option("--experts", c.num_experts, "MoE experts")->check(CLI::PositiveNumber)->capture_default_str()->group(g);
-      sub.add_option("--topk", c.moe_topk, "experts per token")->check(CLI::PositiveNumber)->capture_default_str()->group(g);
-      sub.add_option("--moe-ffn", c.moe_ffn_hidden, "expert width")->check(CLI::PositiveNumber)->capture_default_str()->group(g);
-      sub.add_option("--shared-ffn", c.moe_shared_ffn_hidden, "shared expert width (0 = none)")->check(CLI::NonNegativeNumber)->capture_default_str()->group(g);
+      sub.add_option("--ffn", c.ffn_hidden, "dense MLP width")->check(kPositive)->capture_default_str()->group(g);
+      sub.add_option("--experts", c.num_experts, "MoE experts")->check(kPositive)->capture_default_str()->group(g);
+      sub.add_option("--topk", c.moe_topk, "experts per token")->check(kPositive)->capture_default_str()->group(g);
+      sub.add_option("--moe-ffn", c.moe_ffn_hidden, "expert width")->check(kPositive)->capture_default_str()->group(g);
+      sub.add_option("--shared-ffn", c.moe_shared_ffn_hidden, "shared expert width (0 = none)")->check(kNonNegative)->capture_default_str()->group(g);
       sub.add_option("--aux-coeff", c.moe_aux_loss_coeff, "MoE load-balancing loss coefficient")->capture_default_str()->group(g);
       sub.add_option("--z-coeff", c.moe_z_loss_coeff, "MoE z-loss coefficient")->capture_default_str()->group(g);
-      sub.add_option("--mamba-heads", c.mamba_num_heads, "Mamba2 heads")->check(CLI::PositiveNumber)->capture_default_str()->group(g);
-      sub.add_option("--mamba-head-dim", c.mamba_head_dim, "Mamba2 head size")->check(CLI::PositiveNumber)->capture_default_str()->group(g);
-      sub.add_option("--mamba-state", c.mamba_state_dim, "Mamba2 state size")->check(CLI::PositiveNumber)->capture_default_str()->group(g);
-      sub.add_option("--gdn-heads", c.gdn_num_heads, "GDN q/k heads")->check(CLI::PositiveNumber)->capture_default_str()->group(g);
-      sub.add_option("--gdn-v-heads", c.gdn_num_v_heads, "GDN value heads")->check(CLI::PositiveNumber)->capture_default_str()->group(g);
+      sub.add_option("--mamba-heads", c.mamba_num_heads, "Mamba2 heads")->check(kPositive)->capture_default_str()->group(g);
+      sub.add_option("--mamba-head-dim", c.mamba_head_dim, "Mamba2 head size")->check(kPositive)->capture_default_str()->group(g);
+      sub.add_option("--mamba-state", c.mamba_state_dim, "Mamba2 state size")->check(kPositive)->capture_default_str()->group(g);
+      sub.add_option("--gdn-heads", c.gdn_num_heads, "GDN q/k heads")->check(kPositive)->capture_default_str()->group(g);
+      sub.add_option("--gdn-v-heads", c.gdn_num_v_heads, "GDN value heads")->check(kPositive)->capture_default_str()->group(g);
       sub.add_option("--mtp-scale", c.mtp_loss_scaling, "MTP loss scaling factor")->capture_default_str()->group(g);
       sub.add_option("--init-std", c.init_std, "init standard deviation")->capture_default_str()->group(g);
       return [a] { return run(*a); };

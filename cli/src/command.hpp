@@ -27,6 +27,23 @@ struct Registration {
   explicit Registration(CommandSpec spec) { registry().push_back(std::move(spec)); }
 };
 
+// Number checks whose refusal names the bound, not CLI11's range up to a 309-digit DBL_MAX, and
+// quotes at most 40 characters of what was given.
+inline CLI::Validator number_above(double low, bool strict) {
+  const std::string bound = std::string(strict ? "> " : ">= ") + (low == 0 ? "0" : std::to_string(low));
+  return CLI::Validator(
+      [low, strict, bound](std::string& in) -> std::string {
+        const std::string shown = in.size() > 40 ? in.substr(0, 40) + "..." : in;
+        double v = 0;
+        if (!CLI::detail::lexical_cast(in, v)) return "'" + shown + "' is not a number";
+        if (!(strict ? v > low : v >= low)) return "Value " + shown + " must be " + bound;
+        return "";
+      },
+      "NUMBER " + bound);
+}
+inline const CLI::Validator kNonNegative = number_above(0, false);
+inline const CLI::Validator kPositive = number_above(0, true);
+
 // Thrown by commands for bad user input that is not a module error; exit code 2.
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;

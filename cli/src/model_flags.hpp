@@ -111,7 +111,7 @@ inline void add_layout_flags(CLI::App& sub, LayoutFlags& f) {
   r.dp = 1;
   r.microbatches = 1;
   sub.add_option("--gpus", r.gpus, "world size; dp = gpus / (tp x cp x pp) (default: the smallest layout holding the other flags)")
-      ->check(CLI::NonNegativeNumber)->group(group);
+      ->check(kNonNegative)->group(group);
   sub.add_option("--tp", r.tp, "tensor-parallel size (with sequence parallelism)")->capture_default_str()->group(group);
   sub.add_option("--cp", r.cp, "context-parallel size")->capture_default_str()->group(group);
   sub.add_option("--pp", r.pp, "pipeline-parallel size")->capture_default_str()->group(group);
@@ -130,6 +130,12 @@ inline void add_layout_flags(CLI::App& sub, LayoutFlags& f) {
   sub.add_flag("--account-for-loss", f.base.split.account_loss,
                "count the loss as a layer in the pipeline split (pipe-less patterns)")
       ->group(group);
+  sub.add_option("--decoder-first-pipeline-num-layers,--first-stage-layers", f.base.split.first_stage_layers,
+                 "layers on the first pipeline rank; the middle ranks split the rest evenly (pipe-less patterns)")
+      ->check(kNonNegative)->group(group);
+  sub.add_option("--decoder-last-pipeline-num-layers,--last-stage-layers", f.base.split.last_stage_layers,
+                 "layers on the last pipeline rank (pipe-less patterns)")
+      ->check(kNonNegative)->group(group);
   const char* train = "Training step (Megatron)";
   sub.add_option("--recompute", f.recompute,
                  "activation recomputation: none, full, or modules core_attn,layernorm,moe_act,mlp,moe,shared_experts,"
@@ -146,7 +152,7 @@ inline void add_layout_flags(CLI::App& sub, LayoutFlags& f) {
                "gather parameters after the optimizer step instead of before each forward")
       ->group(train);
   sub.add_option("--ddp-bucket-size", f.bucket_elements, "DDP bucket size in elements (default max(40M, 1M x dp x cp))")
-      ->check(CLI::NonNegativeNumber)->group(train);
+      ->check(kNonNegative)->group(train);
 }
 
 // The physics of a real Megatron step that shapes the twin's plan (config.hpp): the MoE

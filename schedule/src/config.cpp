@@ -170,6 +170,10 @@ void validate(const ParallelConfig& c) {
                "--overlap-grad-reduce (Megatron's rule)");
   if (!std::isfinite(o.bucket_elements) || o.bucket_elements < 0)
     bad_config("bucket size = " + std::to_string(o.bucket_elements) + " elements must be finite and >= 0");
+  if (c.split.first_stage_layers < -1 || c.split.last_stage_layers < -1)
+    bad_config("first/last pipeline stage layer counts must be >= 0 (first " +
+               std::to_string(c.split.first_stage_layers) + ", last " + std::to_string(c.split.last_stage_layers) + ")");
+  if (c.split.uneven() && c.pp == 1) bad_config("first/last pipeline stage layer counts need pp > 1");
   if (c.split.account_embedding || c.split.account_loss)
     if (c.vpp == 0 && c.pp == 1)
       bad_config("counting the embedding or the loss as a pipeline layer needs pp > 1");

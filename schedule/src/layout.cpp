@@ -120,9 +120,79 @@ void check_layout(const patterns::ParsedPattern& p, const ModelDims& d, const Pa
         " tokens must be a multiple of tp x cp = " + str(t * cp) + " (sequence parallelism shards them)");
 }
 
+namespace {
+
+// Megatron's uneven split (megatron-parallel.md 5.1): pp rank 0 holds F layers, rank pp-1 holds
+// La, the middle ranks split the rest evenly; with vpp chunks each rank's count splits evenly
+// over its chunks. Layers per stage k = j pp + r (chunk j of rank r), in model order.
+std::vector<int> uneven_stage_counts(int layers, const ParallelConfig& c) {
+  const PipelineSplit& s = c.split;
+  const int pp = c.pp, v = c.model_chunks();
+  const bool has_first = s.first_stage_layers >= 0, has_last = s.last_stage_layers >= 0;
+  const int first = has_first ? s.first_stage_layers : 0, last = has_last ? s.last_stage_layers : 0;
+  const int middle_ranks = pp - has_first - has_last;
+  const int middle = layers - first - last;
+  const std::string given = std::string(has_first ? "first stage " + str(first) : "") +
+                            (has_first && has_last ? ", " : "") + (has_last ? "last stage " + str(last) : "");
+  if (middle < 0)
+    bad("the uneven pipeline split (" + given + " layers) asks for more than the model's " + str(layers) +
+        " layers");
+  if (middle_ranks == 0 && middle != 0)
+    bad("the uneven pipeline split (" + given + " layers) leaves " + str(middle) +
+        " layers and no middle pipeline rank to hold them (pp = " + str(pp) + ")");
+  if (middle_ranks > 0 && middle % middle_ranks != 0)
+    bad("the " + str(middle) + " layers between the first and last pipeline stages (" + given +
+        ") do not divide evenly over the " + str(middle_ranks) + " middle ranks of pp = " + str(pp));
+  const int per_middle = middle_ranks > 0 ? middle / middle_ranks : 0;
+  auto rank_layers = [&](int r) { return has_first && r == 0 ? first : has_last && r == pp - 1 ? last : per_middle; };
+  for (int r = 0; r < pp; ++r)
+    if (rank_layers(r) % v != 0)
+      bad("pipeline rank " + str(r) + " holds " + str(rank_layers(r)) + " layers, which do not divide over its vpp = " +
+          str(v) + " model chunks (" + given + ")");
+  std::vector<int> counts;
+  for (int k = 0; k < pp * v; ++k) counts.push_back(rank_layers(k % pp) / v);
+  return counts;
+}
+
+// Stage k (= chunk k / pp of pp rank k % pp) takes the next counts[k] logical layers.
+std::vector<patterns::StageSlice> slice_items(const std::vector<patterns::Item>& items, const std::vector<int>& counts,
+                                              int pp) {
+  std::vector<patterns::StageSlice> out;
+  int next = 0, physical = 0;
+  for (std::size_t k = 0; k < counts.size(); ++k) {
+    patterns::StageSlice s;
+    s.pp_rank = static_cast<int>(k) % pp;
+    s.vp_stage = static_cast<int>(k) / pp;
+    s.logical_offset = next;
+    s.physical_offset = physical;
+    for (int i = 0; i < counts[k]; ++i) {
+      s.items.push_back(items[static_cast<std::size_t>(next + i)]);
+      physical += items[static_cast<std::size_t>(next + i)].physical_count();
+    }
+    next += counts[k];
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<patterns::StageSlice> split_stages(const patterns::ParsedPattern& p, const ParallelConfig& c,
                                                PipelineSplit* used) {
   const bool asked = c.split.account_embedding || c.split.account_loss;
+  if (c.split.uneven()) {
+    if (asked)
+      bad("first/last pipeline stage layer counts cannot be combined with counting the embedding or loss as a "
+          "layer (Megatron's rule)");
+    if (c.pp < 2) bad("first/last pipeline stage layer counts need pp > 1 (pp = " + str(c.pp) + ")");
+    if (p.segment_count() > 1)
+      bad("first/last pipeline stage layer counts cannot be combined with '|' separators, which already define the "
+          "stages");
+    // Counted in decoder (logical) layers, as Megatron's GPT path counts them: a bracketed group is
+    // one layer. Without groups this is the hybrid path's physical count too.
+    if (used) *used = c.split;
+    return slice_items(p.items(), uneven_stage_counts(p.logical_count(), c), c.pp);
+  }
   if (p.segment_count() > 1 || (c.vpp <= 1 && !asked)) {
     if (asked) bad("counting the embedding or loss as a pipeline layer applies to patterns without '|' segments");
     patterns::PipelineConfig pipeline;
@@ -157,26 +227,11 @@ std::vector<patterns::StageSlice> split_stages(const patterns::ParsedPattern& p,
   const int per_stage = slots / stages;
   if ((split.account_embedding || split.account_loss) && per_stage < 2 && stages == 1)
     bad("a single stage cannot count both the embedding and the loss as layers");
-  std::vector<patterns::StageSlice> out;
-  int next = 0, physical = 0;
-  for (int k = 0; k < stages; ++k) {
-    int count = per_stage;
-    if (k == 0 && split.account_embedding) --count;
-    if (k == stages - 1 && split.account_loss) --count;
-    patterns::StageSlice s;
-    s.pp_rank = k % c.pp;
-    s.vp_stage = k / c.pp;
-    s.logical_offset = next;
-    s.physical_offset = physical;
-    for (int i = 0; i < count; ++i) {
-      s.items.push_back(items[static_cast<std::size_t>(next + i)]);
-      physical += items[static_cast<std::size_t>(next + i)].physical_count();
-    }
-    next += count;
-    out.push_back(std::move(s));
-  }
+  std::vector<int> counts(static_cast<std::size_t>(stages), per_stage);
+  if (split.account_embedding) --counts.front();
+  if (split.account_loss) --counts.back();
   if (used) *used = split;
-  return out;
+  return slice_items(items, counts, c.pp);
 }
 
 std::string describe_layout(const ParallelConfig& c) {

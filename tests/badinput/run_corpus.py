@@ -387,6 +387,16 @@ CASES = [
      and os.path.isdir(os.path.join(d, "out'; touch PWNED; echo '$(touch PWNED2)"))),
     ("model-router-groups-not-dividing", 10, 2, ["simulate", "--pattern", "M*E", "--router-groups", "5",
                                                  "--router-group-topk", "2"], "must divide num_experts", None, None),
+    # issue 28/29: uneven pipeline stages, and number checks that name the bound (not a DBL_MAX range)
+    ("simulate-uneven-stages-not-dividing", 10, 2,
+     ["simulate", "--pattern", "*-*-*-*-*-", "--preset", "tiny", "--pp", "3", "--microbatches", "3", "--no-overlap",
+      "--decoder-first-pipeline-num-layers", "3"], "do not divide evenly over the 2 middle ranks", None, None),
+    ("simulate-uneven-stages-with-account-for", 10, 2,
+     ["simulate", "--pattern", "*-*-*-*-*-", "--preset", "tiny", "--pp", "2", "--microbatches", "2", "--no-overlap",
+      "--first-stage-layers", "4", "--account-for-loss"], "cannot be combined with counting", None, None),
+    ("simulate-negative-stage-layers", 10, 2,
+     ["simulate", "--pattern", "*-", "--pp", "2", "--first-stage-layers", "-3"], "must be >= 0",
+     None, lambda d, out, err: "179769" not in err),
 ]
 
 

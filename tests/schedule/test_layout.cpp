@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "helpers.hpp"
 #include "ht/schedule/check.hpp"
@@ -173,6 +174,92 @@ TEST_CASE("pipe-less patterns split their logical layers evenly, counting embedd
   CHECK(plain[0].items.size() == 3);
   const Plan plan = make_plan(pattern, grid(1, 1, 1, 2, 1, 4, 2), options(false, false));
   CHECK(plan.account_embedding);
+}
+
+TEST_CASE("first/last pipeline stage layer counts: Megatron's uneven split of the decoder layers",
+          "[schedule][layout]") {
+  // DeepSeek-V3's 61 decoder layers on pp 8 (megatron-parallel.md 5.1): rank 0 holds 7, rank 7
+  // holds 6, the six middle ranks (61 - 13) / 6 = 8 each. A bracketed group is one layer.
+  std::string pattern;
+  for (int i = 0; i < 61; ++i) pattern += "[*E]";
+  const auto p = ht::patterns::parse(pattern);
+  ParallelConfig c = grid(1, 1, 1, 8, 1, 8);
+  c.split.first_stage_layers = 7;
+  c.split.last_stage_layers = 6;
+  PipelineSplit used;
+  const auto stages = split_stages(p, c, &used);
+  CHECK(used == c.split);
+  REQUIRE(stages.size() == 8);
+  const std::vector<std::size_t> expected{7, 8, 8, 8, 8, 8, 8, 6};
+  int offset = 0;
+  for (std::size_t k = 0; k < 8; ++k) {
+    CHECK(stages[k].items.size() == expected[k]);
+    CHECK(stages[k].pp_rank == static_cast<int>(k));
+    CHECK(stages[k].logical_offset == offset);
+    CHECK(stages[k].physical_offset == 2 * offset);
+    offset += static_cast<int>(expected[k]);
+  }
+  // Only the first given: the other seven ranks split 61 - 5 = 56 evenly.
+  c.split.last_stage_layers = -1;
+  c.split.first_stage_layers = 5;
+  const auto first_only = split_stages(p, c);
+  CHECK(first_only.front().items.size() == 5);
+  CHECK(first_only.back().items.size() == 8);
+  // With vpp 2 every rank's count splits over its two chunks; stage k = chunk k / pp of rank k % pp.
+  std::string even;
+  for (int i = 0; i < 24; ++i) even += "[*-]";
+  ParallelConfig v = grid(1, 1, 1, 4, 1, 4, 2);
+  v.split.first_stage_layers = 4;  // 2 + 2
+  v.split.last_stage_layers = 8;   // 4 + 4
+  const auto chunks = split_stages(ht::patterns::parse(even), v);  // middle ranks: (24 - 12) / 2 = 6 = 3 + 3
+  REQUIRE(chunks.size() == 8);
+  const std::vector<std::size_t> per_chunk{2, 3, 3, 4, 2, 3, 3, 4};
+  for (std::size_t k = 0; k < 8; ++k) {
+    CHECK(chunks[k].items.size() == per_chunk[k]);
+    CHECK(chunks[k].vp_stage == static_cast<int>(k / 4));
+  }
+  CHECK(chunks[4].logical_offset == 12);
+  // Refusals name the numbers: middle layers that do not divide, a count above the model, a rank's
+  // count that does not divide over its chunks, the account-for flags, '|' segments, pp 1.
+  auto refusal = [&](const ht::patterns::ParsedPattern& pat, const ParallelConfig& cfg) -> std::string {
+    try {
+      split_stages(pat, cfg);
+    } catch (const ScheduleError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  c.split.first_stage_layers = 6;
+  CHECK_THAT(refusal(p, c), Catch::Contains("55 layers") && Catch::Contains("7 middle ranks"));
+  c.split.first_stage_layers = 62;
+  CHECK_THAT(refusal(p, c), Catch::Contains("more than the model's 61 layers"));
+  v.split.first_stage_layers = 3;
+  v.split.last_stage_layers = 9;
+  CHECK_THAT(refusal(ht::patterns::parse(even), v), Catch::Contains("pipeline rank 0 holds 3 layers"));
+  c.split.first_stage_layers = 7;
+  c.split.account_loss = true;
+  CHECK_THAT(refusal(p, c), Catch::Contains("cannot be combined with counting the embedding or loss"));
+  c.split.account_loss = false;
+  CHECK_THAT(refusal(ht::patterns::parse("[*E]|[*E]"), grid(1, 1, 1, 2, 1, 2)),
+             Catch::Equals(""));
+  ParallelConfig piped = grid(1, 1, 1, 2, 1, 2);
+  piped.split.first_stage_layers = 1;
+  CHECK_THAT(refusal(ht::patterns::parse("[*E]|[*E]"), piped), Catch::Contains("'|' separators"));
+  // The plan builds with the uneven stages: rank 0 computes layers 0-6, the last rank 55-60.
+  c.split = {};
+  c.split.first_stage_layers = 7;
+  c.split.last_stage_layers = 6;
+  const Plan plan = make_plan(pattern, c, options(false, false));
+  auto layers_of = [&](const RankPlan& r) {
+    std::set<int> out;
+    for (int id : r.issue)
+      if (plan.node(id).phase == Phase::Forward && plan.node(id).layer >= 0 && !plan.node(id).mtp)
+        out.insert(plan.node(id).layer);
+    return out;
+  };
+  CHECK(layers_of(plan.ranks.front()) == std::set<int>{0, 1, 2, 3, 4, 5, 6});
+  CHECK(layers_of(plan.ranks.back()) == std::set<int>{55, 56, 57, 58, 59, 60});
+  CHECK(layers_of(plan.ranks[1]).size() == 8);
 }
 
 TEST_CASE("TP splits a block's compute by tp and wraps it in SP all-gather and reduce-scatter on the compute stream",

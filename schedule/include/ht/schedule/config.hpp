@@ -131,10 +131,15 @@ struct OptimizerConfig {
 };
 
 // How pipe-less patterns split over pp x vpp stages (megatron-parallel.md 5.1): evenly over the
-// logical layers, with the embedding and/or the loss counted as one layer each when asked.
+// logical layers, with the embedding and/or the loss counted as one layer each when asked; or
+// unevenly, with the first and/or last pipeline rank given its own layer count and the middle
+// ranks splitting the rest evenly (each count divided evenly over the rank's vpp chunks).
 struct PipelineSplit {
   bool account_embedding = false;  // --account-for-embedding-in-pipeline-split
   bool account_loss = false;       // --account-for-loss-in-pipeline-split
+  int first_stage_layers = -1;     // --decoder-first-pipeline-num-layers; -1 = not set
+  int last_stage_layers = -1;      // --decoder-last-pipeline-num-layers; -1 = not set
+  bool uneven() const { return first_stage_layers >= 0 || last_stage_layers >= 0; }
   bool operator==(const PipelineSplit&) const = default;
 };
 

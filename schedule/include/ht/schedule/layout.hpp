@@ -32,7 +32,10 @@ void check_layout(const patterns::ParsedPattern& pattern, const ModelDims& dims,
 // pipe-less pattern by the legacy physical split when it divides (vpp unset, nothing counted),
 // otherwise Megatron's even split of the logical layers over pp x max(vpp, 1) stages, counting
 // the embedding and/or loss as a layer when asked -- or, when neither is asked and the layers
-// do not divide, when that makes them divide (recorded in `used`). Throws BadConfig / PatternError.
+// do not divide, when that makes them divide (recorded in `used`). With first/last stage layer
+// counts (split.uneven()), Megatron's uneven split of the logical layers: the first and/or last
+// pp rank hold their counts, the middle ranks the rest evenly, each rank's layers split evenly
+// over its vpp chunks. Throws BadConfig / PatternError.
 std::vector<patterns::StageSlice> split_stages(const patterns::ParsedPattern& pattern, const ParallelConfig& config,
                                                PipelineSplit* used = nullptr);
 

@@ -14,6 +14,7 @@
 #include "ht/schedule/plan_json.hpp"
 #include "ht/schedule/summary.hpp"
 #include "model_flags.hpp"
+#include "megatron_args.hpp"
 
 namespace ht::cli {
 namespace {
@@ -123,6 +124,7 @@ const Registration reg{{
                      "hybrid layer pattern, e.g. '[*E][*E]' or 'M[*E]|M[*E]' (default: the model card's)");
       add_model_flags(sub, a->model);
       add_layout_flags(sub, a->layout);
+      add_megatron_args_flag(sub);
       add_schedule_flags(sub, a->schedule);
       sub.add_flag("--json", a->json_out, "print the plan JSON instead of tables");
       sub.add_option("-o,--output", a->output, "write the plan JSON to FILE (atomically)");

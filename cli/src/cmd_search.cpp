@@ -33,6 +33,7 @@
 #include "ht/schedule/model_card.hpp"
 #include "ht/schedule/pipeline_order.hpp"
 #include "model_flags.hpp"
+#include "megatron_args.hpp"
 #include "whatif.hpp"
 
 namespace ht::cli {
@@ -578,6 +579,7 @@ const Registration search_reg{{
       auto a = std::make_shared<SearchArgs>();
       add_model_flags(sub, a->model);
       sub.add_option("--pattern", a->pattern, "hybrid layer pattern (default: the model card's)");
+      add_megatron_args_flag(sub);
       sub.add_option("--platform", a->platform, "PRESET[:key=value,...], as for simulate")->capture_default_str();
       sub.add_option("--gpus", a->gpus, "world size")->required();
       sub.add_option("--gbs", a->gbs, "global batch in sequences")->required();

@@ -26,6 +26,7 @@
 #include "ht/traces/chrome.hpp"
 #include "ht/traces/svg.hpp"
 #include "model_flags.hpp"
+#include "megatron_args.hpp"
 #include "whatif.hpp"
 
 namespace ht::cli {
@@ -426,6 +427,7 @@ const Registration reg{{
                      "hybrid layer pattern, e.g. 'M[*E]M[*E]' (default: the model card's)");
       add_model_flags(sub, a->model);
       add_layout_flags(sub, a->layout);
+      add_megatron_args_flag(sub);
       add_schedule_flags(sub, a->schedule);
       add_physics_flags(sub, a->physics);
       const char* twin = "Twin";

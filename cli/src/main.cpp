@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.hpp"
+#include "megatron_args.hpp"
 #include "ht/io/error.hpp"
 #include "ht/io/interrupt.hpp"
 #include "ht/patterns/error.hpp"
@@ -106,8 +107,20 @@ int main(int argc, char** argv) {
     return 3;
   }
   if (argc == 3 && std::string_view(argv[1]) == "--check-args-from") return check_args_from(app, argv[2]);
+  std::vector<std::string> args(argv, argv + argc);
   try {
-    app.parse(argc, argv);
+    args = ht::cli::expand_megatron_args(args, [&](const std::string& flag) {
+      for (CLI::App* sub : app.get_subcommands({}))
+        if (args.size() > 1 && sub->get_name() == args[1]) return sub->get_option_no_throw(flag) != nullptr;
+      return false;
+    });
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  }
+  try {
+    std::vector<std::string> reversed(args.rbegin(), args.rend() - 1);  // CLI11 takes them from the back
+    app.parse(reversed);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
     std::cerr << "error: " << e.what() << "\n";

@@ -129,6 +129,7 @@ nlohmann::json summary_json(const Run& r) {
           {"simulated_ranks", r.result.folded_ranks > 0 ? r.result.folded_ranks : s.gpus},
           {"a2a_model", r.result.a2a_model},
           {"schedule", r.plan.schedule},
+          {"pattern", r.plan.pattern},
           {"nodes", r.plan.nodes.size()},
           {"wall_s", r.wall_s}};
 }

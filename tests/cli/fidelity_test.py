@@ -9,23 +9,16 @@ usage: fidelity_test.py HYBRID_TWIN
 """
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cli_checks import Checks  # noqa: E402
+
 BIN = sys.argv[1]
-failures = 0
-
-
-def check(ok, what):
-    global failures
-    print(("ok   " if ok else "FAIL ") + what)
-    failures += 0 if ok else 1
-
-
-def run(args):
-    p = subprocess.run([BIN] + args, capture_output=True, text=True)
-    return p.returncode, p.stdout, p.stderr
+checks = Checks(BIN)
+check, run = checks.check, checks.run
 
 
 def simulate_step(mb):
@@ -72,5 +65,4 @@ with tempfile.TemporaryDirectory() as d:
 rc, out, err = run(["fidelity", "--json", "-j", "2", "--filter", "gpt 1.7B"])
 pub = json.loads(out)
 check(rc == 0 and len(pub["runs"]) == 1 and pub["runs"][0]["source"], "the public set is compiled in and cites its source")
-print(f"{failures} failures")
-sys.exit(1 if failures else 0)
+checks.exit()

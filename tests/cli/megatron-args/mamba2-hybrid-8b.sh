@@ -1,0 +1,54 @@
+# The Mamba-2 hybrid 8B as Megatron-LM's example trains it (NVIDIA/Megatron-LM@d98e8a64dd:
+# examples/mamba/train.sh, MODEL_SCALE="8B"), its shell variables expanded: 56 layers of Mamba-2,
+# attention and MLP from --hybrid-layer-pattern, TP 4, one node of 8 GPUs. Its SentencePiece
+# tokenizer is not read: the vocabulary is typed on hybrid-twin's command line.
+torchrun --nproc_per_node 8 pretrain_hybrid.py \
+       --tensor-model-parallel-size 4 \
+       --sequence-parallel \
+       --pipeline-model-parallel-size 1 \
+       --use-distributed-optimizer \
+       --overlap-param-gather \
+       --overlap-grad-reduce \
+       --untie-embeddings-and-output-weights \
+       --init-method-std 0.02 \
+       --position-embedding-type none \
+       --hybrid-layer-pattern M-M-M--M-M*-M-M-M-M--M*-M-M-M-M-M*--M-M-M-M-M*-M--M-M-M- \
+       --hidden-size 4096 \
+       --num-attention-heads 32 \
+       --group-query-attention \
+       --num-query-groups 8 \
+       --seq-length 4096 \
+       --max-position-embeddings 4096 \
+       --train-samples 73242188 \
+       --lr-warmup-samples 50000 \
+       --lr-decay-samples 73192188 \
+       --save ./checkpoints \
+       --load ./checkpoints \
+       --data-path data/text_document \
+       --data-cache-path ./data-cache \
+       --split 99,1,0 \
+       --tokenizer-type GPTSentencePieceTokenizer \
+       --tokenizer-model tokenizer.model \
+       --distributed-backend nccl \
+       --micro-batch-size 4 \
+       --global-batch-size 8 \
+       --lr 2.5e-4 \
+       --min-lr 2.5e-5 \
+       --lr-decay-style cosine \
+       --weight-decay 0.1 \
+       --clip-grad 1.0 \
+       --attention-dropout 0.0 \
+       --hidden-dropout 0.0 \
+       --disable-bias-linear \
+       --normalization RMSNorm \
+       --adam-beta1 0.9 \
+       --adam-beta2 0.95 \
+       --log-interval 10 \
+       --save-interval 2000 \
+       --eval-interval 2000 \
+       --eval-iters 32 \
+       --bf16 \
+       --use-mcore-models \
+       --spec megatron.core.models.hybrid.hybrid_layer_specs hybrid_stack_spec \
+       --no-create-attention-mask-in-dataloader \
+       --tensorboard-dir ./tensorboard

@@ -331,13 +331,18 @@ int run_compare_grouping(const Setup& base, const SimulateArgs& a, const sim::Re
     columns.push_back({std::string(tag) + " on", with_overlap(s, a.schedule, true)});
   }
   std::vector<nlohmann::json> results;
+  ProgressLine progress;
+  const auto t0 = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < columns.size(); ++i) {
-    std::cerr << "[" << i + 1 << "/" << columns.size() << "] " << columns[i].name << " overlap\n";
+    progress.draw("[" + std::to_string(i + 1) + "/" + std::to_string(columns.size()) + "] " + columns[i].name +
+                      " overlap",
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     nlohmann::json r;
     row_cell([&] { return simulate(columns[i].setup, ro, false); }, r);
     results.push_back(r);
     out[columns[i].name] = r;
   }
+  progress.clear();
   out["grouped_pattern"] = base.pattern;
   out["flattened_pattern"] = flat;
   if (a.json_out) {

@@ -45,20 +45,22 @@ Run simulate(const Setup& s, const sim::ReplayOptions& replay_options, bool keep
   run.peak_flops = s.platform.gpu.peak_flops;
   sim::ReplayOptions o = replay_options;
   o.keep_timeline = keep_timeline;
+  auto line = std::make_shared<ProgressLine>();
   if (run.plan.nodes.size() > 200000 && !quiet)
-    o.progress = [start = std::chrono::steady_clock::now()](double f) {
+    o.progress = [line, start = std::chrono::steady_clock::now()](double f) {
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      char text[96];
       if (f > 0)
-        std::fprintf(stderr, "\rsimulating %3.0f %%, %.0f s, about %.0f s left   ", 100 * f, elapsed,
-                     elapsed * (1 - f) / f);
+        std::snprintf(text, sizeof text, "simulating %3.0f %%, %.0f s, about %.0f s left", 100 * f, elapsed,
+                      elapsed * (1 - f) / f);
       else
-        std::fprintf(stderr, "\rsimulating   0 %%");
-      std::fflush(stderr);
+        std::snprintf(text, sizeof text, "simulating   0 %%");
+      line->draw(text, elapsed);
     };
   const auto t0 = std::chrono::steady_clock::now();
   run.result = sim::replay(run.plan, s.platform, s.costs, o);
   run.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (o.progress) std::fprintf(stderr, "\r%*s\r", 50, "");
+  line->clear();
   return run;
 }
 
@@ -68,6 +70,26 @@ double tflops_per_gpu(const Run& r) {
 }
 double mfu(const Run& r) { return tflops_per_gpu(r) * 1e12 / r.peak_flops; }
 bool fits(const Run& r) { return r.memory.total() <= r.hbm_bytes; }
+
+ProgressLine::ProgressLine() : tty_(isatty(2) != 0) {}
+
+void ProgressLine::draw(const std::string& text, double elapsed_s) {
+  if (tty_) {
+    std::fprintf(stderr, "\r\033[K%s", text.c_str());
+  } else {
+    if (elapsed_s < next_line_s_) return;
+    std::fprintf(stderr, "%s\n", text.c_str());
+    next_line_s_ = elapsed_s + 10;
+  }
+  std::fflush(stderr);
+  drawn_ = true;
+}
+
+void ProgressLine::clear() {
+  if (tty_ && drawn_) std::fprintf(stderr, "\r\033[K");
+  std::fflush(stderr);
+  drawn_ = false;
+}
 
 nlohmann::json summary_json(const Run& r) {
   const auto& s = r.result.summary;
@@ -196,6 +218,7 @@ std::vector<nlohmann::json> parallel_map(
   }
   std::size_t received = 0;
   double next_report = 1;  // seconds: one progress line, redrawn at most once a second
+  ProgressLine progress;
   const auto t0 = std::chrono::steady_clock::now();
   int open = workers;
   while (open > 0) {
@@ -230,14 +253,16 @@ std::vector<nlohmann::json> parallel_map(
       }
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (!what.empty() && elapsed >= next_report) {
+        char text[160];
         if (describe) {
-          std::fprintf(stderr, "\r%s %zu/%zu, %.0f s%s   ", what.c_str(), received, items.size(), elapsed,
-                       describe(out).c_str());
+          std::snprintf(text, sizeof text, "%s %zu/%zu, %.0f s%s", what.c_str(), received, items.size(), elapsed,
+                        describe(out).c_str());
         } else {
           const double left = elapsed / static_cast<double>(received) * static_cast<double>(items.size() - received);
-          std::fprintf(stderr, "\r%s %zu/%zu, %.0f s, about %.0f s left   ", what.c_str(), received, items.size(),
-                       elapsed, left);
+          std::snprintf(text, sizeof text, "%s %zu/%zu, %.0f s, about %.0f s left", what.c_str(), received,
+                        items.size(), elapsed, left);
         }
+        progress.draw(text, elapsed);
         next_report = elapsed + 1;
       }
     }
@@ -250,7 +275,7 @@ std::vector<nlohmann::json> parallel_map(
     failed = failed || !WIFEXITED(status) || WEXITSTATUS(status) != 0;
   }
   munmap(shared, sizeof(std::size_t));
-  if (!what.empty() && next_report > 1) std::fprintf(stderr, "\r%*s\r", 70, "");
+  progress.clear();
   if (failed || received != items.size())
     throw std::runtime_error("a worker process failed (" + std::to_string(received) + " of " +
                              std::to_string(items.size()) + " results)");

@@ -54,6 +54,21 @@ hs::ScheduleOptions build_options(const Setup& s);
 // unless `quiet` (a search's workers: the search prints its own).
 Run simulate(const Setup& s, const sim::ReplayOptions& replay_options, bool keep_timeline, bool quiet = false);
 
+// One progress line on stderr. On a terminal it is redrawn in place and erased before results
+// are printed; elsewhere (a log, a pipe) each update is a line of its own, at most one every
+// 10 s, so a log holds no carriage returns and no result starts on a progress line.
+class ProgressLine {
+ public:
+  ProgressLine();
+  void draw(const std::string& text, double elapsed_s);
+  void clear();
+
+ private:
+  bool tty_;
+  bool drawn_ = false;
+  double next_line_s_ = 0;
+};
+
 inline constexpr double kGiB = 1024.0 * 1024 * 1024;
 double tokens_per_s(const Run& r);
 double tflops_per_gpu(const Run& r);

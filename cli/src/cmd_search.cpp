@@ -58,6 +58,7 @@ struct SearchArgs {
   std::string emit_jobs, jobs_dir = "search-results", bin = "hybrid-twin";
   PhysicsFlags physics;
   hs::PipelineSplit split;  // uneven first/last stages, applied to every layout with pp > 1
+  TrainBudgetFlags train;
 };
 
 // The setup of one candidate; throws ScheduleError naming the rule it breaks.
@@ -272,21 +273,33 @@ nlohmann::json simulate_candidate(const Setup& base, const SearchArgs& a, const 
   }
 }
 
-// Layout results (simulate --json objects) sorted by step time, ties by their layout's text.
-void sort_results(std::vector<nlohmann::json>& rows) {
-  std::sort(rows.begin(), rows.end(), [](const nlohmann::json& x, const nlohmann::json& y) {
-    const double a = x["step_time_s"].get<double>(), b = y["step_time_s"].get<double>();
+// GPU-seconds per token: what a token budget costs on a result's layout.
+double gpu_seconds_per_token(const nlohmann::json& r) {
+  return r["gpus"].get<double>() / r["tokens_per_s"].get<double>();
+}
+
+// Layout results (simulate --json objects) sorted by step time (or, `by_gpu_hours`, by the
+// GPU-hours a token budget takes: the order across GPU counts), ties by their layout's text.
+void sort_results(std::vector<nlohmann::json>& rows, bool by_gpu_hours = false) {
+  std::sort(rows.begin(), rows.end(), [by_gpu_hours](const nlohmann::json& x, const nlohmann::json& y) {
+    const double a = by_gpu_hours ? gpu_seconds_per_token(x) : x["step_time_s"].get<double>();
+    const double b = by_gpu_hours ? gpu_seconds_per_token(y) : y["step_time_s"].get<double>();
     if (a != b) return a < b;
     return x["layout"].dump() + x["schedule"].dump() < y["layout"].dump() + y["schedule"].dump();
   });
 }
 
-void print_table(const std::vector<nlohmann::json>& rows, std::size_t top) {
+void print_table(const std::vector<nlohmann::json>& rows, std::size_t top, const TrainBudget& budget = {}) {
   std::cout << std::left << std::setw(5) << "rank" << std::right;
   for (const char* h : {"tp", "cp", "pp", "vpp", "ep", "etp", "dp", "mbs", "mb"}) std::cout << std::setw(5) << h;
   std::cout << "  " << std::left << std::setw(18) << "recompute" << std::setw(8) << "overlap" << std::right
             << std::setw(13) << "step" << std::setw(12) << "tokens/s" << std::setw(8) << "MFU" << std::setw(11)
-            << "memory" << std::setw(9) << "hidden" << "\n";
+            << "memory" << std::setw(9) << "hidden";
+  if (budget.asked()) {
+    std::cout << std::setw(7) << "gpus" << std::setw(9) << "days" << std::setw(12) << "GPU-hours";
+    if (budget.gpu_hour_price > 0) std::cout << std::setw(14) << "cost";
+  }
+  std::cout << "\n";
   for (std::size_t i = 0; i < rows.size() && i < top; ++i) {
     const auto& r = rows[i];
     const auto& l = r["layout"];
@@ -299,7 +312,19 @@ void print_table(const std::vector<nlohmann::json>& rows, std::size_t top) {
               << (r["schedule"].get<std::string>() == "sequential" ? "off" : "on") << std::right << std::setw(13)
               << ms(r["step_time_s"].get<double>()) << std::setw(12) << tok.str() << std::setw(8)
               << pct(r["mfu"].get<double>()) << std::setw(11) << gib(r["memory_gib"].get<double>() * kGiB)
-              << std::setw(9) << pct(r["a2a_hidden_fraction"].get<double>()) << "\n";
+              << std::setw(9) << pct(r["a2a_hidden_fraction"].get<double>());
+    if (budget.asked()) {
+      const nlohmann::json t = budget.json(r["tokens_per_s"].get<double>(), r["gpus"].get<int>());
+      std::ostringstream days, hours, cost;
+      days << std::fixed << std::setprecision(1) << t["days"].get<double>();
+      hours << std::fixed << std::setprecision(0) << t["gpu_hours"].get<double>();
+      std::cout << std::setw(7) << r["gpus"].get<int>() << std::setw(9) << days.str() << std::setw(12) << hours.str();
+      if (budget.gpu_hour_price > 0) {
+        cost << std::fixed << std::setprecision(0) << t["cost"].get<double>();
+        std::cout << std::setw(14) << cost.str();
+      }
+    }
+    std::cout << "\n";
   }
 }
 
@@ -363,6 +388,7 @@ std::string job_command(const SearchArgs& a, const Setup& base, const Candidate&
 }
 
 int run_search(const SearchArgs& a) {
+  const TrainBudget budget = a.train.resolve();
   if (a.gpus <= 0) throw UsageError("search needs --gpus N");
   if (a.gbs <= 0) throw UsageError("search needs --gbs G (global batch in sequences)");
   if (a.top < 1) throw UsageError("--top must be at least 1");
@@ -509,6 +535,7 @@ int run_search(const SearchArgs& a) {
   std::cerr << "search: simulated " << next << ", " << ok.size() - next << " pruned by the lower bound"
             << (failed > 0 ? ", " + std::to_string(failed) + " failed to simulate" : std::string()) << "\n";
   if (results.size() > static_cast<std::size_t>(a.top)) results.resize(static_cast<std::size_t>(a.top));
+  add_train_json(results, budget);
   if (a.json_out) {
     nlohmann::json out;
     out["results"] = results;
@@ -520,7 +547,7 @@ int run_search(const SearchArgs& a) {
     out["pruned"] = ok.size() - next;
     std::cout << out.dump(2) << "\n";
   } else {
-    print_table(results, static_cast<std::size_t>(a.top));
+    print_table(results, static_cast<std::size_t>(a.top), budget);
   }
   return 0;
 }
@@ -529,9 +556,12 @@ struct MergeArgs {
   std::vector<std::string> files;
   int top = 10;
   bool json_out = false;
+  TrainBudgetFlags train;
+  std::string order = "step";
 };
 
 int run_merge(const MergeArgs& a) {
+  const TrainBudget budget = a.train.resolve();
   if (a.top < 1) throw UsageError("--top must be at least 1");
   std::vector<nlohmann::json> results;
   int not_fitting = 0, failed = 0;
@@ -555,6 +585,11 @@ int run_merge(const MergeArgs& a) {
       for (const char* k : {"tp", "cp", "pp", "vpp", "ep", "etp", "dp", "mbs", "microbatches"})
         if (!r["layout"].contains(k) || !r["layout"][k].is_number())
           throw UsageError("'" + f + "': layout." + k + " is missing or not a number");
+      if (budget.asked() || a.order == "gpu-hours")
+        for (const char* k : {"gpus", "tokens_per_s"})
+          if (!r.contains(k) || !r[k].is_number() || !(r[k].get<double>() > 0))
+            throw UsageError("'" + f + "': " + k + " is missing or not a positive number (needed by " +
+                             (budget.asked() ? "--train-tokens" : "--order gpu-hours") + ")");
       if (r.contains("memory_fits") && r["memory_fits"] == false) {
         ++not_fitting;
         continue;
@@ -562,13 +597,14 @@ int run_merge(const MergeArgs& a) {
       results.push_back(r);
     }
   }
-  sort_results(results);
+  sort_results(results, a.order == "gpu-hours");
   std::cerr << "merge: " << results.size() << " results from " << a.files.size() << " files"
             << (not_fitting > 0 ? ", " + std::to_string(not_fitting) + " that do not fit left out" : std::string())
             << (failed > 0 ? ", " + std::to_string(failed) + " failed runs" : std::string()) << "\n";
   if (results.size() > static_cast<std::size_t>(a.top)) results.resize(static_cast<std::size_t>(a.top));
+  add_train_json(results, budget);
   if (a.json_out) std::cout << nlohmann::json{{"results", results}}.dump(2) << "\n";
-  else print_table(results, static_cast<std::size_t>(a.top));
+  else print_table(results, static_cast<std::size_t>(a.top), budget);
   return 0;
 }
 
@@ -587,6 +623,7 @@ const Registration search_reg{{
       sub.add_option("-j,--jobs", a->jobs, "worker processes")->capture_default_str();
       sub.add_flag("--json", a->json_out,
                    "print the ranked results (simulate --json objects with the lower bound bound_s) and the counts as JSON");
+      add_train_budget_flags(sub, a->train);
       sub.add_flag("--no-prune", a->no_prune, "simulate every layout that passes the rules and fits (no lower-bound pruning)");
       add_physics_flags(sub, a->physics);
       const char* space = "Search space";
@@ -633,6 +670,12 @@ const Registration merge_reg{{
       sub.add_option("RESULTS", a->files, "JSON files of simulate --json or search --json")->required();
       sub.add_option("--top", a->top, "how many layouts to list")->capture_default_str();
       sub.add_flag("--json", a->json_out, "print the ranked results as JSON");
+      sub.add_option("--order", a->order,
+                     "step: by step time; gpu-hours: by the GPU-hours a token budget takes (results of different GPU "
+                     "counts)")
+          ->check(CLI::IsMember({"step", "gpu-hours"}))
+          ->capture_default_str();
+      add_train_budget_flags(sub, a->train);
       return [a] { return run_merge(*a); };
     },
     33}};

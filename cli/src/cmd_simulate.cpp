@@ -52,9 +52,10 @@ struct SimulateArgs {
   int jobs = 1;
   std::vector<std::string> sweeps;
   bool compare_grouping = false;
+  TrainBudgetFlags train;
 };
 
-void print_run(const Setup& s, const Run& r) {
+void print_run(const Setup& s, const Run& r, const TrainBudget& budget) {
   const auto& m = r.result.summary;
   const auto& mem = r.memory;
   const auto& l = r.layout;
@@ -103,6 +104,7 @@ void print_run(const Setup& s, const Run& r) {
               << ", the middle ranks the rest\n";
   std::cout << sim::describe(sim::sized_for(s.platform, r.plan.layout_ranks()))
             << "step time    " << ms(m.step_time_s) << "  (" << perf.str() << ")\n"
+            << (budget.asked() ? "to train     " + budget.line(tokens_per_s(r), l.global_ranks()) + "\n" : "")
             << "memory       " << gib(mem.total()) << " of " << gib(r.hbm_bytes) << (fits(r) ? " (fits)" : " (DOES NOT FIT)")
             << " on rank " << mem.rank << ": weights " << gib(mem.weights) << ", gradients " << gib(mem.gradients)
             << ", optimizer " << gib(mem.optimizer) << ", activations " << gib(mem.activations) << " ("
@@ -371,6 +373,9 @@ int run_compare_grouping(const Setup& base, const SimulateArgs& a, const sim::Re
 }
 
 int run(const SimulateArgs& a) {
+  const TrainBudget budget = a.train.resolve();
+  if (budget.asked() && (!a.sweeps.empty() || a.compare_grouping))
+    throw UsageError("--train-tokens applies to one run, not to --sweep or --compare-grouping");
   Setup s;
   const hs::ModelCard card = a.model.resolve_card();
   s.model = card.name;
@@ -418,8 +423,13 @@ int run(const SimulateArgs& a) {
     ht::traces::write_svg(r.result.timeline, a.svg_out);
     std::cerr << "wrote " << a.svg_out << "\n";
   }
-  if (a.json_out) std::cout << summary_json(r).dump(2) << "\n";
-  else print_run(s, r);
+  if (a.json_out) {
+    nlohmann::json j = summary_json(r);
+    if (budget.asked()) j["train"] = budget.json(tokens_per_s(r), r.layout.global_ranks());
+    std::cout << j.dump(2) << "\n";
+  } else {
+    print_run(s, r, budget);
+  }
   return 0;
 }
 
@@ -472,6 +482,7 @@ const Registration reg{{
           ->check(CLI::Range(1, 256))
           ->capture_default_str()
           ->group(twin);
+      add_train_budget_flags(sub, a->train);
       sub.add_flag("--compare-grouping", a->compare_grouping,
                    "simulate the pattern and its flattened form (groups dissolved), overlap off and on")
           ->group(twin);

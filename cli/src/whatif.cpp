@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <chrono>
 #include <cstring>
 #include <cstdio>
@@ -70,6 +71,76 @@ double tflops_per_gpu(const Run& r) {
 }
 double mfu(const Run& r) { return tflops_per_gpu(r) * 1e12 / r.peak_flops; }
 bool fits(const Run& r) { return r.memory.total() <= r.hbm_bytes; }
+
+double parse_token_count(const std::string& text) {
+  const std::string shown = text.size() > 40 ? text.substr(0, 40) + "..." : text;
+  std::size_t end = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &end);
+  } catch (const std::exception&) {
+    end = 0;
+  }
+  double scale = 1;
+  if (end > 0 && end + 1 == text.size()) {
+    switch (text.back()) {
+      case 'K': case 'k': scale = 1e3; break;
+      case 'M': scale = 1e6; break;
+      case 'B': case 'G': scale = 1e9; break;
+      case 'T': scale = 1e12; break;
+      default: end = 0;
+    }
+  } else if (end != text.size()) {
+    end = 0;
+  }
+  if (end == 0 || !std::isfinite(v * scale) || !(v * scale >= 1) || v * scale > 1e18)
+    throw UsageError("--train-tokens '" + shown + "': expected a token count from 1 to 1e18, such as 300B, 1T or 2.5e12");
+  return v * scale;
+}
+
+void add_train_budget_flags(CLI::App& sub, TrainBudgetFlags& f) {
+  const char* group = "Time and cost to train";
+  f.tokens_option =
+      sub.add_option("--train-tokens", f.tokens_text, "token budget (300B, 1T, 2.5e12): days and GPU-hours to train it")
+          ->group(group);
+  sub.add_option("--gpu-hour-price", f.budget.gpu_hour_price, "price of one GPU-hour: the cost of --train-tokens")
+      ->check(kNonNegative)
+      ->group(group);
+}
+
+TrainBudget TrainBudgetFlags::resolve() const {
+  TrainBudget b = budget;
+  if (tokens_option != nullptr && tokens_option->count() > 0) b.tokens = parse_token_count(tokens_text);
+  if (b.gpu_hour_price > 0 && !b.asked()) throw UsageError("--gpu-hour-price needs --train-tokens");
+  return b;
+}
+
+void add_train_json(std::vector<nlohmann::json>& rows, const TrainBudget& budget) {
+  if (!budget.asked()) return;
+  for (nlohmann::json& r : rows) r["train"] = budget.json(r["tokens_per_s"].get<double>(), r["gpus"].get<int>());
+}
+
+nlohmann::json TrainBudget::json(double tokens_per_s, int gpus) const {
+  const double hours = tokens / tokens_per_s / 3600;
+  return {{"tokens", tokens},
+          {"days", hours / 24},
+          {"gpu_hours", hours * gpus},
+          {"gpu_hour_price", gpu_hour_price > 0 ? nlohmann::json(gpu_hour_price) : nullptr},
+          {"cost", gpu_hour_price > 0 ? nlohmann::json(hours * gpus * gpu_hour_price) : nullptr}};
+}
+
+std::string TrainBudget::line(double tokens_per_s, int gpus) const {
+  const nlohmann::json j = json(tokens_per_s, gpus);
+  char text[200];
+  std::snprintf(text, sizeof text, "%.3g tokens in %.1f days on %d GPUs, %.0f GPU-hours", tokens,
+                j["days"].get<double>(), gpus, j["gpu_hours"].get<double>());
+  std::string out = text;
+  if (gpu_hour_price > 0) {
+    std::snprintf(text, sizeof text, ", cost %.0f at %g per GPU-hour", j["cost"].get<double>(), gpu_hour_price);
+    out += text;
+  }
+  return out;
+}
 
 ProgressLine::ProgressLine() : tty_(isatty(2) != 0) {}
 

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "command.hpp"
+
 #include "ht/schedule/build.hpp"
 #include "ht/schedule/config.hpp"
 #include "ht/schedule/memory.hpp"
@@ -53,6 +55,32 @@ hs::ScheduleOptions build_options(const Setup& s);
 // Builds the plan, estimates memory and FLOPs, replays; progress on stderr for large plans
 // unless `quiet` (a search's workers: the search prints its own).
 Run simulate(const Setup& s, const sim::ReplayOptions& replay_options, bool keep_timeline, bool quiet = false);
+
+// Time and cost to train (--train-tokens, --gpu-hour-price): a token budget at the run's
+// tokens per second, on its GPUs. tokens 0 = not asked.
+struct TrainBudget {
+  double tokens = 0;
+  double gpu_hour_price = 0;  // currency units per GPU-hour; 0 = no cost
+  bool asked() const { return tokens > 0; }
+  // tokens, days, gpu_hours, gpu_hour_price and cost (null without a price), at `tokens_per_s`
+  // on `gpus` GPUs (a run's, or a simulate --json object's).
+  nlohmann::json json(double tokens_per_s, int gpus) const;
+  // "1e+12 tokens in 24.9 days on 128 GPUs, 76512 GPU-hours, cost 191280 at 2.5 per GPU-hour"
+  std::string line(double tokens_per_s, int gpus) const;
+};
+// "1T", "300B", "2.5e12", "800M", "1000": tokens; throws UsageError naming the text otherwise.
+double parse_token_count(const std::string& text);
+// --train-tokens and --gpu-hour-price as a command registers them; resolve() parses the text
+// when the command runs (an empty or malformed count, a price without tokens: UsageError).
+struct TrainBudgetFlags {
+  std::string tokens_text;
+  TrainBudget budget;
+  CLI::Option* tokens_option = nullptr;
+  TrainBudget resolve() const;
+};
+void add_train_budget_flags(CLI::App& sub, TrainBudgetFlags& flags);
+// Adds "train" (TrainBudget::json) to each simulate --json object when the budget is asked.
+void add_train_json(std::vector<nlohmann::json>& rows, const TrainBudget& budget);
 
 // One progress line on stderr. On a terminal it is redrawn in place and erased before results
 // are printed; elsewhere (a log, a pipe) each update is a line of its own, at most one every

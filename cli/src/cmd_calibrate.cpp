@@ -202,9 +202,10 @@ const Registration reg{{"calibrate",
                           sub.add_option("--repeats", a->repeats, "--gpu: timed runs per kernel (the fastest counts)")
                               ->check(CLI::Range(1, 1000))
                               ->capture_default_str();
-                          sub.add_option("-o,--output", a->output, "write the fitted cost model JSON (atomically)");
+                          sub.add_option("-o,--output", a->output, "write the fitted cost model JSON (atomically)")->check(kOutputPath);
                           sub.add_option("--model-out", a->model_out,
-                                         "write the model dimensions recorded in the trace (for simulate --model)");
+                                         "write the model dimensions recorded in the trace (for simulate --model)")
+                              ->check(kOutputPath);
                           sub.add_flag("--json", a->json, "print the fitted cost model JSON");
                           sub.add_flag("!--no-fit-wake", a->fit_wake,
                                        "keep the median measured hand-off as the wake-up latency instead of fitting "

@@ -186,7 +186,7 @@ const Registration reg{{
           ->excludes(cases);
       sub.add_option("--seed", a->seed, "seed (default: random, printed on stderr)");
       sub.add_option("--pattern", a->pattern, "fix the pattern and fuzz everything else");
-      sub.add_option("--out", a->out_dir, "folder for counterexample files (default: .)");
+      sub.add_option("--out", a->out_dir, "folder for counterexample files (default: .)")->check(kOutputPath);
       sub.add_option("--replay", a->replay_file, "run a counterexample file again (exit 1 if it still fails)")
           ->check(CLI::ExistingFile);
       sub.add_flag("--json", a->json_out, "print a JSON list of rows (property, cases, seconds, result)");

@@ -127,7 +127,7 @@ const Registration reg{{
       add_megatron_args_flag(sub);
       add_schedule_flags(sub, a->schedule);
       sub.add_flag("--json", a->json_out, "print the plan JSON instead of tables");
-      sub.add_option("-o,--output", a->output, "write the plan JSON to FILE (atomically)");
+      sub.add_option("-o,--output", a->output, "write the plan JSON to FILE (atomically)")->check(kOutputPath);
       sub.add_option("--show", a->show, "how many issued nodes of rank 0 to list")->capture_default_str();
       return [a] { return run(*a); };
     },

@@ -655,8 +655,10 @@ const Registration search_reg{{
       sub.add_option("--emit-jobs", a->emit_jobs,
                      "write one self-contained `simulate` command per layout that passes the rules and fits, instead "
                      "of simulating (GNU parallel, a Slurm array); then `merge`")
+          ->check(kOutputPath)
           ->group(jobs);
-      sub.add_option("--jobs-dir", a->jobs_dir, "where the emitted commands write their JSON")->capture_default_str()->group(jobs);
+      sub.add_option("--jobs-dir", a->jobs_dir, "where the emitted commands write their JSON")
+          ->check(kOutputPath)->capture_default_str()->group(jobs);
       sub.add_option("--bin", a->bin, "the hybrid-twin the emitted commands call")->capture_default_str()->group(jobs);
       return [a] { return run_search(*a); };
     },

@@ -136,10 +136,14 @@ Axis parse_axis(const std::string& text) {
   if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
     throw UsageError("--sweep expects KEY=V1,V2,..., got '" + text + "'");
   Axis a{text.substr(0, eq), {}};
-  std::stringstream rest(text.substr(eq + 1));
-  for (std::string v; std::getline(rest, v, ',');)
-    if (!v.empty()) a.values.push_back(v);
-  if (a.values.empty()) throw UsageError("--sweep " + a.key + " has no values");
+  const std::string values = text.substr(eq + 1);
+  const std::string shown = values.size() > 60 ? values.substr(0, 60) + "..." : values;
+  for (std::size_t begin = 0; begin <= values.size();) {
+    const std::size_t comma = std::min(values.find(',', begin), values.size());
+    if (comma == begin) throw UsageError("--sweep " + a.key + " has an empty value in '" + shown + "'");
+    a.values.push_back(values.substr(begin, comma - begin));
+    begin = comma + 1;
+  }
   return a;
 }
 
@@ -234,7 +238,13 @@ std::string row_cell(const std::function<Run()>& f, nlohmann::json& out) {
 
 int run_sweep(const Setup& base, const SimulateArgs& a, const sim::ReplayOptions& ro) {
   std::vector<Axis> axes;
-  for (const auto& s : a.sweeps) axes.push_back(parse_axis(s));
+  for (const auto& s : a.sweeps) {
+    axes.push_back(parse_axis(s));
+    for (std::size_t k = 0; k + 1 < axes.size(); ++k)
+      if (axes[k].key == axes.back().key)
+        throw UsageError("--sweep " + axes.back().key + " is given twice; list all its values in one --sweep " +
+                         axes.back().key + "=V1,V2,...");
+  }
   double combinations = 1;
   for (const auto& axis : axes) combinations *= static_cast<double>(axis.values.size());
   constexpr double kMaxSweepRows = 10000;  // each row is two replays
@@ -315,7 +325,13 @@ int run_sweep(const Setup& base, const SimulateArgs& a, const sim::ReplayOptions
     std::cout << "\n" << std::flush;
   }
   if (a.json_out) std::cout << rows.dump(2) << "\n";
-  return 0;
+  // A sweep in which nothing ran is bad input, not an answer.
+  for (const nlohmann::json& c : cells)
+    if (c["off"].contains("step_time_s") || c["on"].contains("step_time_s")) return 0;
+  const nlohmann::json& first = cells.front()["off"];
+  std::cerr << "error: every combination of the sweep failed (the first: "
+            << (first.contains("error") ? first["error"].get<std::string>() : std::string("no result")) << ")\n";
+  return 2;
 }
 
 int run_compare_grouping(const Setup& base, const SimulateArgs& a, const sim::ReplayOptions& ro) {
@@ -411,6 +427,7 @@ int run(const SimulateArgs& a) {
     return a.compare_grouping ? run_compare_grouping(s, a, ro) : run_sweep(s, a, ro);
   }
   // Output locations are checked before the replay, which may take minutes.
+  io::check_distinct_outputs({{a.trace_out, "--trace"}, {a.svg_out, "--svg"}});
   if (!a.trace_out.empty()) io::check_output_file(a.trace_out, "trace");
   if (!a.svg_out.empty()) io::check_output_file(a.svg_out, "SVG");
   const bool timeline = !a.trace_out.empty() || !a.svg_out.empty();
@@ -470,8 +487,8 @@ const Registration reg{{
       sub.add_flag("--no-fold", a->no_fold,
                    "simulate every rank (default: ranks with the same work and transfers are simulated once)")
           ->group(twin);
-      sub.add_option("--trace", a->trace_out, "write the predicted timeline as Chrome-trace JSON")->group(twin);
-      sub.add_option("--svg", a->svg_out, "write the predicted timeline as SVG")->group(twin);
+      sub.add_option("--trace", a->trace_out, "write the predicted timeline as Chrome-trace JSON")->check(kOutputPath)->group(twin);
+      sub.add_option("--svg", a->svg_out, "write the predicted timeline as SVG")->check(kOutputPath)->group(twin);
       sub.add_flag("--json", a->json_out, "print results as JSON");
       sub.add_option("--sweep", a->sweeps,
                      "KEY=V1,V2,... (repeatable: cartesian product); keys: pattern, ep, pp, vpp, dp, microbatches, "

@@ -104,7 +104,7 @@ const Registration reg{{
 
       a->svg = sub.add_subcommand("svg", "draw a timeline: one lane per device stream, exposed comm in red");
       a->svg->add_option("FILE", a->file, "Chrome-trace JSON")->required();
-      a->svg->add_option("-o,--output", a->output, "SVG file to write (atomically)")->required();
+      a->svg->add_option("-o,--output", a->output, "SVG file to write (atomically)")->check(kOutputPath)->required();
       a->svg->add_option("--from", a->from, "window start, e.g. 1.5ms, 200us (bare number: seconds)");
       a->svg->add_option("--to", a->to, "window end");
       a->svg->add_option("--width", a->width, "width of the time axis in pixels")->capture_default_str();

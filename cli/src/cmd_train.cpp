@@ -568,7 +568,7 @@ const Registration reg{{
       sub.add_option("--batch", a->batch, "sequences per step")->check(kPositive)->capture_default_str();
       sub.add_option("--seq", a->seq, "bytes per sequence")->check(kPositive)->capture_default_str();
       sub.add_option("--data", a->data, "training text (default: an OS license text, else the built-in text)");
-      sub.add_option("--checkpoint", a->checkpoint, "directory to write the checkpoint to at the end");
+      sub.add_option("--checkpoint", a->checkpoint, "directory to write the checkpoint to at the end")->check(kOutputPath);
       sub.add_option("--checkpoint-every", a->checkpoint_every, "also write it every N steps")
           ->check(kNonNegative);
       sub.add_option("--resume", a->resume, "continue from this checkpoint directory (its config and seed)");
@@ -600,7 +600,7 @@ const Registration reg{{
       sub.add_option("--link-latency-us", a->link_latency_us, "latency per message in microseconds (0 = none)")
           ->check(kNonNegative)->group(x);
       sub.add_option("--trace", a->trace, "write one step's measured timeline as Chrome-trace JSON (under mpirun, process p > 0 writes "
-                     "NAME.proc<p>.json with its ranks)")->group(x);
+                     "NAME.proc<p>.json with its ranks)")->check(kOutputPath)->group(x);
       sub.add_option("--trace-step", a->trace_step,
                      "which step --trace writes (and the summary reports): the median step after the first, the "
                      "last, or step N (1-based; the same N in two runs of one seed sees the same data)")

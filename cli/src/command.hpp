@@ -41,6 +41,9 @@ inline CLI::Validator number_above(double low, bool strict) {
       },
       "NUMBER " + bound);
 }
+// An output path: given, it must name something (an empty one is not "no output").
+inline const CLI::Validator kOutputPath = CLI::Validator(
+    [](std::string& in) -> std::string { return in.empty() ? "an empty path: give a file name" : ""; }, "PATH");
 inline const CLI::Validator kNonNegative = number_above(0, false);
 inline const CLI::Validator kPositive = number_above(0, true);
 

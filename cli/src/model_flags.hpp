@@ -111,19 +111,20 @@ inline void add_layout_flags(CLI::App& sub, LayoutFlags& f) {
   r.dp = 1;
   r.microbatches = 1;
   sub.add_option("--gpus", r.gpus, "world size; dp = gpus / (tp x cp x pp) (default: the smallest layout holding the other flags)")
-      ->check(kNonNegative)->group(group);
+      ->check(kPositive)->group(group);
   sub.add_option("--tp", r.tp, "tensor-parallel size (with sequence parallelism)")->capture_default_str()->group(group);
   sub.add_option("--cp", r.cp, "context-parallel size")->capture_default_str()->group(group);
   sub.add_option("--pp", r.pp, "pipeline-parallel size")->capture_default_str()->group(group);
   sub.add_option("--vpp", r.vpp, "virtual stages per pipeline rank (0 = none)")->capture_default_str()->group(group);
   sub.add_option("--ep", r.ep, "expert-parallel size (folds over tp x cp x dp)")->capture_default_str()->group(group);
   sub.add_option("--etp", r.etp, "expert tensor-parallel size")->capture_default_str()->group(group);
-  f.dp_option = sub.add_option("--dp", r.dp, "data-parallel size (instead of --gpus)")->group(group);
+  f.dp_option = sub.add_option("--dp", r.dp, "data-parallel size (instead of --gpus)")->check(kPositive)->group(group);
   f.microbatches_option =
       sub.add_option("--microbatches", r.microbatches, "microbatches per step and data-parallel rank (instead of --gbs)")
+          ->check(kPositive)
           ->group(group);
-  sub.add_option("--gbs", r.gbs, "global batch in sequences; microbatches = gbs / (dp x mbs)")->group(group);
-  sub.add_option("--mbs", f.mbs, "sequences per microbatch (the model's micro_batch)")->group(group);
+  sub.add_option("--gbs", r.gbs, "global batch in sequences; microbatches = gbs / (dp x mbs)")->check(kPositive)->group(group);
+  sub.add_option("--mbs", f.mbs, "sequences per microbatch (the model's micro_batch)")->check(kPositive)->group(group);
   sub.add_flag("--account-for-embedding", f.base.split.account_embedding,
                "count the embedding as a layer in the pipeline split (pipe-less patterns)")
       ->group(group);
@@ -152,7 +153,7 @@ inline void add_layout_flags(CLI::App& sub, LayoutFlags& f) {
                "gather parameters after the optimizer step instead of before each forward")
       ->group(train);
   sub.add_option("--ddp-bucket-size", f.bucket_elements, "DDP bucket size in elements (default max(40M, 1M x dp x cp))")
-      ->check(kNonNegative)->group(train);
+      ->check(kPositive)->group(train);
 }
 
 // The physics of a real Megatron step that shapes the twin's plan (config.hpp): the MoE

@@ -33,7 +33,16 @@ std::string resolve_target(const std::string& path, const std::string& what) {
     if (errno == ENOENT) return path;  // a new file; a missing folder is reported by the write
     throw IoError(IoErrorCode::Open, "cannot write " + what + " " + quote_path(path) + ": " + std::strerror(errno));
   }
-  if (S_ISREG(st.st_mode)) return path;
+  // A file nobody may write is one its owner keeps: refuse it as a redirection would (even as root).
+  auto refuse_read_only = [&](const struct stat& file) {
+    if ((file.st_mode & 0222) == 0)
+      throw IoError(IoErrorCode::Open, what + " " + quote_path(path) +
+                                           " is read-only; refusing to replace it (make it writable or remove it first)");
+  };
+  if (S_ISREG(st.st_mode)) {
+    refuse_read_only(st);
+    return path;
+  }
   if (S_ISLNK(st.st_mode)) {
     struct stat to {};
     if (::stat(path.c_str(), &to) != 0)
@@ -42,6 +51,7 @@ std::string resolve_target(const std::string& path, const std::string& what) {
     if (!S_ISREG(to.st_mode))
       throw IoError(IoErrorCode::NotRegular, what + " " + quote_path(path) + " is a symbolic link to " +
                                                  kind_of(to.st_mode) + "; refusing to replace it");
+    refuse_read_only(to);
     char resolved[PATH_MAX];
     if (::realpath(path.c_str(), resolved) == nullptr)
       throw IoError(IoErrorCode::Open, "cannot resolve " + what + " " + quote_path(path) + ": " + std::strerror(errno));
@@ -157,6 +167,22 @@ void probe_folder(const std::string& path, const std::string& what) {
 void check_output_file(const std::filesystem::path& path, std::string_view what) {
   const std::string target = resolve_target(path.string(), std::string(what));
   probe_folder(target, std::string(what));
+}
+
+void check_distinct_outputs(const std::vector<std::pair<std::filesystem::path, std::string>>& outputs) {
+  std::vector<std::pair<std::filesystem::path, std::string>> seen;
+  for (const auto& [path, what] : outputs) {
+    if (path.empty()) continue;
+    std::error_code ec;
+    const std::filesystem::path absolute = std::filesystem::absolute(path, ec).lexically_normal();
+    std::filesystem::path canonical = std::filesystem::weakly_canonical(absolute, ec);
+    if (ec) canonical = absolute;
+    for (const auto& [other, other_what] : seen)
+      if (other == canonical)
+        throw IoError(IoErrorCode::Open, other_what + " and " + what + " name the same file " +
+                                             quote_path(path.string()) + "; give each its own");
+    seen.emplace_back(canonical, what);
+  }
 }
 
 void check_output_directory(const std::filesystem::path& dir, std::string_view what) {

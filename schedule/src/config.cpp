@@ -248,7 +248,8 @@ std::span<const RecomputeName> recompute_names() {
 
 Recompute parse_recompute(std::string_view text) {
   Recompute r;
-  if (text.empty() || text == "none") return r;
+  if (text.empty()) bad_config("recompute is empty: give none, full or a comma-separated list of modules");
+  if (text == "none") return r;
   if (text == "full") {
     r.full = true;
     return r;
@@ -263,6 +264,9 @@ Recompute parse_recompute(std::string_view text) {
         r.modules |= n.module;
         found = true;
       }
+    if (!found && (name == "full" || name == "none"))
+      bad_config("recompute '" + std::string(name) + "' stands alone, not in a list of modules ('" + std::string(text) +
+                 "')");
     if (!found) {
       std::string known = "full, none";
       for (const RecomputeName& n : recompute_names()) known += ", " + std::string(n.name);

@@ -48,9 +48,15 @@ double fraction(std::string_view key, std::string_view text) {
   return v;
 }
 
-double non_negative(std::string_view key, std::string_view text) {
-  double v = parse_number(key, text);
-  if (v < 0) fail("'" + std::string(key) + "' must be >= 0, got " + std::string(text));
+// A physical magnitude: far outside any hardware (peak_tflops=1e-30 gave a 4.9e33 s step, 1e-300
+// a SimGrid "deadlock") is refused naming the range.
+double magnitude(std::string_view key, std::string_view text, double lo, double hi, const char* unit) {
+  const double v = parse_number(key, text);
+  if (!(v >= lo && v <= hi)) {
+    std::ostringstream range;
+    range << lo << ", " << hi;
+    fail("'" + std::string(key) + "' = " + std::string(text.substr(0, 40)) + " is outside [" + range.str() + "] " + unit);
+  }
   return v;
 }
 
@@ -68,24 +74,23 @@ const std::map<std::string, Setter, std::less<>>& setters() {
   static const std::map<std::string, Setter, std::less<>> table = {
       {"nodes", [](PlatformSpec& s, auto k, auto v) { s.nodes = count(k, v, 0); }},
       {"gpus_per_node", [](PlatformSpec& s, auto k, auto v) { s.gpus_per_node = count(k, v, 1); }},
-      {"nvlink_gbps", [](PlatformSpec& s, auto k, auto v) { s.nvlink_bytes_per_s = positive(k, v) * 1e9; }},
+      {"nvlink_gbps", [](PlatformSpec& s, auto k, auto v) { s.nvlink_bytes_per_s = magnitude(k, v, 0.1, 1e5, "GB/s") * 1e9; }},
       {"nvlink_efficiency", [](PlatformSpec& s, auto k, auto v) { s.nvlink_efficiency = fraction(k, v); }},
-      {"nvlink_latency_us", [](PlatformSpec& s, auto k, auto v) { s.nvlink_latency_s = non_negative(k, v) * 1e-6; }},
-      {"ib_gbps", [](PlatformSpec& s, auto k, auto v) { s.nic_bytes_per_s = positive(k, v) * 1e9 / 8; }},
+      {"nvlink_latency_us", [](PlatformSpec& s, auto k, auto v) { s.nvlink_latency_s = magnitude(k, v, 0, 1e6, "us") * 1e-6; }},
+      {"ib_gbps", [](PlatformSpec& s, auto k, auto v) { s.nic_bytes_per_s = magnitude(k, v, 0.1, 1e5, "Gb/s") * 1e9 / 8; }},
       {"ib_efficiency", [](PlatformSpec& s, auto k, auto v) { s.nic_efficiency = fraction(k, v); }},
-      {"ib_latency_us", [](PlatformSpec& s, auto k, auto v) { s.nic_latency_s = non_negative(k, v) * 1e-6; }},
+      {"ib_latency_us", [](PlatformSpec& s, auto k, auto v) { s.nic_latency_s = magnitude(k, v, 0, 1e6, "us") * 1e-6; }},
       {"oversubscription", [](PlatformSpec& s, auto k, auto v) {
-         s.oversubscription = parse_number(k, v);
-         if (s.oversubscription < 1) fail("'oversubscription' must be >= 1, got " + std::string(v));
+         s.oversubscription = magnitude(k, v, 1, 1e3, "(1 = full bisection)");
        }},
       {"nvlink_ingress", [](PlatformSpec& s, auto k, auto v) { s.nvlink_ingress = count(k, v, 0) != 0; }},
       {"host_cores", [](PlatformSpec& s, auto k, auto v) { s.host_cores = count(k, v, 0); }},
       {"comm_priority", [](PlatformSpec& s, auto k, auto v) { s.comm_priority = count(k, v, 0) != 0; }},
-      {"peak_tflops", [](PlatformSpec& s, auto k, auto v) { s.gpu.peak_flops = positive(k, v) * 1e12; }},
+      {"peak_tflops", [](PlatformSpec& s, auto k, auto v) { s.gpu.peak_flops = magnitude(k, v, 0.1, 1e6, "TFLOP/s") * 1e12; }},
       {"flops_efficiency", [](PlatformSpec& s, auto k, auto v) { s.gpu.flops_efficiency = fraction(k, v); }},
-      {"hbm_tbps", [](PlatformSpec& s, auto k, auto v) { s.gpu.hbm_bytes_per_s = positive(k, v) * 1e12; }},
+      {"hbm_tbps", [](PlatformSpec& s, auto k, auto v) { s.gpu.hbm_bytes_per_s = magnitude(k, v, 1e-3, 1e3, "TB/s") * 1e12; }},
       {"hbm_efficiency", [](PlatformSpec& s, auto k, auto v) { s.gpu.hbm_efficiency = fraction(k, v); }},
-      {"hbm_gb", [](PlatformSpec& s, auto k, auto v) { s.gpu.hbm_bytes = positive(k, v) * 1e9; }},
+      {"hbm_gb", [](PlatformSpec& s, auto k, auto v) { s.gpu.hbm_bytes = magnitude(k, v, 0.1, 1e5, "GB") * 1e9; }},
       {"sms", [](PlatformSpec& s, auto k, auto v) { s.gpu.sms = count(k, v, 1); }},
       {"gemm_efficiency", [](PlatformSpec& s, auto k, auto v) { s.gpu.gemm_efficiency = fraction(k, v); }},
       {"attention_scale", [](PlatformSpec& s, auto k, auto v) {
@@ -93,7 +98,7 @@ const std::map<std::string, Setter, std::less<>>& setters() {
          if (s.gpu.attention_scale > 1.6) fail("'attention_scale' must be <= 1.6 (efficiency above peak), got " + std::string(v));
        }},
       {"scan_efficiency", [](PlatformSpec& s, auto k, auto v) { s.gpu.scan_efficiency = fraction(k, v); }},
-      {"fp8_peak_tflops", [](PlatformSpec& s, auto k, auto v) { s.gpu.fp8_peak_flops = positive(k, v) * 1e12; }},
+      {"fp8_peak_tflops", [](PlatformSpec& s, auto k, auto v) { s.gpu.fp8_peak_flops = magnitude(k, v, 0.1, 1e6, "TFLOP/s") * 1e12; }},
       {"fp8_gemm_efficiency", [](PlatformSpec& s, auto k, auto v) { s.gpu.fp8_gemm_efficiency = fraction(k, v); }},
       {"permute_efficiency", [](PlatformSpec& s, auto k, auto v) { s.gpu.permute_efficiency = fraction(k, v); }},
       {"nccl_sms", [](PlatformSpec& s, auto k, auto v) { s.gpu.nccl_sms = count(k, v, 0); }},

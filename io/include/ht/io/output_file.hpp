@@ -11,7 +11,10 @@
 #include <filesystem>
 #include <functional>
 #include <ostream>
+#include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace ht::io {
 
@@ -24,6 +27,9 @@ struct OutputOptions {
 // Before any work: `path` is absent or a regular file (or a symlink to one) and its folder takes
 // a new file (checked by creating and removing one). IoError naming `what` and the reason.
 void check_output_file(const std::filesystem::path& path, std::string_view what);
+// Two outputs of one command naming the same file (after resolving '.', '..' and symlinks) would
+// leave only the last one written: refused, naming both. Empty paths (not asked) are skipped.
+void check_distinct_outputs(const std::vector<std::pair<std::filesystem::path, std::string>>& outputs);
 // The same for a folder of outputs (a checkpoint): created if missing (with its parents), must be
 // a directory that takes a new file.
 void check_output_directory(const std::filesystem::path& dir, std::string_view what);

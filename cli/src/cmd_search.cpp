@@ -12,12 +12,14 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <limits>
 #include <map>
 #include <memory>
 #include <regex>
+#include <set>
 
 #include <sys/mman.h>
 #include <sstream>
@@ -558,40 +560,98 @@ struct MergeArgs {
   bool json_out = false;
   TrainBudgetFlags train;
   std::string order = "step";
+  bool mix = false;
 };
 
+// The schema merge reads (what simulate --json writes): a refusal names the file and the key.
+void check_result(const std::string& f, const nlohmann::json& r, bool needs_rate) {
+  auto bad = [&](const std::string& what) { throw UsageError("'" + f + "': " + what); };
+  if (!r.is_object() || !r.contains("step_time_s") || !r.contains("layout"))
+    bad("not the JSON of `simulate --json` or `search --json` (no step_time_s/layout)");
+  auto positive = [&](const char* k) {
+    if (!r.contains(k) || !r[k].is_number() || !std::isfinite(r[k].get<double>()) || !(r[k].get<double>() > 0))
+      bad(std::string(k) + " is missing or not a positive number");
+  };
+  auto number = [&](const char* k) {
+    if (!r.contains(k) || !r[k].is_number() || !std::isfinite(r[k].get<double>()) || r[k].get<double>() < 0)
+      bad(std::string(k) + " is missing or not a number >= 0");
+  };
+  positive("step_time_s");
+  positive("tokens_per_s");
+  for (const char* k : {"mfu", "memory_gib", "a2a_hidden_fraction"}) number(k);
+  if (!r.contains("schedule") || !r["schedule"].is_string()) bad("schedule is missing or not a string");
+  const nlohmann::json& l = r["layout"];
+  if (!l.is_object()) bad("layout is not an object");
+  for (const char* k : {"tp", "cp", "pp", "vpp", "ep", "etp", "dp", "mbs", "microbatches"}) {
+    if (!l.contains(k) || !l[k].is_number()) bad(std::string("layout.") + k + " is missing or not a number");
+    const double v = l[k].get<double>();
+    if (!(v >= 0 && v < 2147483648.0) || v != std::floor(v))
+      bad(std::string("layout.") + k + " = " + l[k].dump().substr(0, 40) + " is not a whole number of ranks");
+  }
+  if (!l.contains("recompute") || !l["recompute"].is_string()) bad("layout.recompute is missing or not a string");
+  if (needs_rate) positive("gpus");
+}
+
+// What makes results comparable: one model (card and pattern), one cluster, one batch.
+std::string run_identity(const nlohmann::json& r) {
+  auto text = [&](const char* k) { return r.contains(k) && r[k].is_string() ? r[k].get<std::string>() : ""; };
+  const nlohmann::json& l = r["layout"];
+  auto field = [&](const char* k) { return l.contains(k) ? l[k].dump() : "?"; };
+  return text("model") + "|" + text("pattern") + "|" + text("platform") + "|" + field("seq_len") + "|" + field("gbs");
+}
+std::string describe_identity(const nlohmann::json& r) {
+  auto text = [&](const char* k) { return r.contains(k) && r[k].is_string() ? r[k].get<std::string>() : ""; };
+  const std::string model = !text("model").empty() ? text("model") : "pattern '" + text("pattern").substr(0, 30) + "'";
+  std::istringstream words(text("platform"));
+  std::string platform;
+  words >> platform >> platform;  // "platform NAME  nodes ..."
+  const nlohmann::json& l = r["layout"];
+  auto number = [&](const char* k) {
+    if (!l.contains(k) || !l[k].is_number()) return std::string("?");
+    std::ostringstream o;
+    o << l[k].get<double>();
+    return o.str();
+  };
+  return model + " on " + (platform.empty() ? "?" : platform) + ", GBS " + number("gbs") + ", seq " + number("seq_len");
+}
 int run_merge(const MergeArgs& a) {
   const TrainBudget budget = a.train.resolve();
   if (a.top < 1) throw UsageError("--top must be at least 1");
   std::vector<nlohmann::json> results;
-  int not_fitting = 0, failed = 0;
+  int not_fitting = 0, failed = 0, duplicates = 0;
+  std::string identity, identity_file;
+  nlohmann::json identity_row;
+  std::set<std::string> seen, files_seen;
   for (const auto& f : a.files) {
+    std::error_code ec;
+    const auto canonical = std::filesystem::weakly_canonical(std::filesystem::absolute(f, ec), ec).string();
+    if (!files_seen.insert(canonical).second) throw UsageError("'" + f + "' is given twice");
     const nlohmann::json j = io::read_json_file(f, 64ull << 20, "simulation result");
     std::vector<nlohmann::json> items;
     if (j.is_object() && j.contains("results") && j["results"].is_array()) items = j["results"].get<std::vector<nlohmann::json>>();
     else items.push_back(j);
     for (const auto& r : items) {
-      const bool valid = r.is_object() && r.contains("step_time_s") && r["step_time_s"].is_number() &&
-                         r.contains("layout") && r["layout"].is_object() && r.contains("schedule") &&
-                         r.contains("tokens_per_s") && r.contains("mfu") && r.contains("memory_gib") &&
-                         r.contains("a2a_hidden_fraction");
-      if (!valid) {
-        if (r.is_object() && r.contains("error")) {
-          ++failed;
-          continue;
-        }
-        throw UsageError("'" + f + "' is not the JSON of `simulate --json` or `search --json` (no step_time_s/layout)");
+      if (r.is_object() && r.contains("error") && !r.contains("step_time_s")) {
+        ++failed;
+        continue;
       }
-      for (const char* k : {"tp", "cp", "pp", "vpp", "ep", "etp", "dp", "mbs", "microbatches"})
-        if (!r["layout"].contains(k) || !r["layout"][k].is_number())
-          throw UsageError("'" + f + "': layout." + k + " is missing or not a number");
-      if (budget.asked() || a.order == "gpu-hours")
-        for (const char* k : {"gpus", "tokens_per_s"})
-          if (!r.contains(k) || !r[k].is_number() || !(r[k].get<double>() > 0))
-            throw UsageError("'" + f + "': " + k + " is missing or not a positive number (needed by " +
-                             (budget.asked() ? "--train-tokens" : "--order gpu-hours") + ")");
+      check_result(f, r, budget.asked() || a.order == "gpu-hours");
       if (r.contains("memory_fits") && r["memory_fits"] == false) {
         ++not_fitting;
+        continue;
+      }
+      // One run's results only: the same model, pattern, cluster, sequence and global batch.
+      const std::string id = run_identity(r);
+      if (identity.empty()) identity = id, identity_file = f, identity_row = r;
+      if (id != identity && !a.mix)
+        throw UsageError("'" + f + "' and '" + identity_file + "' are results of different runs (" +
+                         describe_identity(r) + " vs " + describe_identity(identity_row) +
+                         "); rank them together with --mix");
+      // The same result twice (a file given twice, a job run twice) is listed once.
+      const std::string key = r["layout"].dump() + r["schedule"].dump() + (r.contains("physics") ? r["physics"].dump() : "") +
+                              id;
+      if (!seen.insert(key).second) {
+        ++duplicates;
         continue;
       }
       results.push_back(r);
@@ -600,7 +660,8 @@ int run_merge(const MergeArgs& a) {
   sort_results(results, a.order == "gpu-hours");
   std::cerr << "merge: " << results.size() << " results from " << a.files.size() << " files"
             << (not_fitting > 0 ? ", " + std::to_string(not_fitting) + " that do not fit left out" : std::string())
-            << (failed > 0 ? ", " + std::to_string(failed) + " failed runs" : std::string()) << "\n";
+            << (failed > 0 ? ", " + std::to_string(failed) + " failed runs" : std::string())
+            << (duplicates > 0 ? ", " + std::to_string(duplicates) + " duplicates listed once" : std::string()) << "\n";
   if (results.size() > static_cast<std::size_t>(a.top)) results.resize(static_cast<std::size_t>(a.top));
   add_train_json(results, budget);
   if (a.json_out) std::cout << nlohmann::json{{"results", results}}.dump(2) << "\n";
@@ -677,6 +738,9 @@ const Registration merge_reg{{
                      "counts)")
           ->check(CLI::IsMember({"step", "gpu-hours"}))
           ->capture_default_str();
+      sub.add_flag("--mix", a->mix,
+                   "rank results of different runs together (models, patterns, clusters, sequence lengths or global "
+                   "batches; refused by default)");
       add_train_budget_flags(sub, a->train);
       return [a] { return run_merge(*a); };
     },

@@ -38,6 +38,12 @@ Run simulate(const Setup& s, const sim::ReplayOptions& replay_options, bool keep
   run.options = build_options(s);
   run.plan = hs::build_plan(parsed, s.dims, s.parallel, run.options);
   run.layout = s.parallel;
+  run.model = s.model;
+  {
+    std::string described = sim::describe(s.platform);
+    std::replace(described.begin(), described.end(), '\n', ' ');
+    run.platform = described;
+  }
   run.memory = hs::peak_memory(parsed, s.dims, s.parallel, run.plan, s.options.precision);
   run.global_batch = double(s.parallel.dp) * s.parallel.microbatches * s.dims.micro_batch;
   run.model_flops = hs::model_flops_per_step(parsed, s.dims, run.global_batch);
@@ -223,6 +229,8 @@ nlohmann::json summary_json(const Run& r) {
           {"a2a_model", r.result.a2a_model},
           {"schedule", r.plan.schedule},
           {"pattern", r.plan.pattern},
+          {"model", r.model},
+          {"platform", r.platform},
           {"nodes", r.plan.nodes.size()},
           {"wall_s", r.wall_s}};
 }

@@ -46,6 +46,8 @@ struct Run {
   double hbm_bytes = 0;
   double peak_flops = 0;
   hs::ScheduleOptions options;  // what the plan was built with (the step physics among them)
+  std::string model;            // the card's name ("" without a card)
+  std::string platform;         // the platform's name and every setting (sim::describe), one line
 };
 
 // The schedule options a run builds with: folded (fold.hpp) unless --no-fold, where folding is

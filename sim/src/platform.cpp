@@ -74,10 +74,10 @@ const std::map<std::string, Setter, std::less<>>& setters() {
   static const std::map<std::string, Setter, std::less<>> table = {
       {"nodes", [](PlatformSpec& s, auto k, auto v) { s.nodes = count(k, v, 0); }},
       {"gpus_per_node", [](PlatformSpec& s, auto k, auto v) { s.gpus_per_node = count(k, v, 1); }},
-      {"nvlink_gbps", [](PlatformSpec& s, auto k, auto v) { s.nvlink_bytes_per_s = magnitude(k, v, 0.1, 1e5, "GB/s") * 1e9; }},
+      {"nvlink_gbps", [](PlatformSpec& s, auto k, auto v) { s.nvlink_bytes_per_s = magnitude(k, v, 1e-3, 1e7, "GB/s") * 1e9; }},
       {"nvlink_efficiency", [](PlatformSpec& s, auto k, auto v) { s.nvlink_efficiency = fraction(k, v); }},
       {"nvlink_latency_us", [](PlatformSpec& s, auto k, auto v) { s.nvlink_latency_s = magnitude(k, v, 0, 1e6, "us") * 1e-6; }},
-      {"ib_gbps", [](PlatformSpec& s, auto k, auto v) { s.nic_bytes_per_s = magnitude(k, v, 0.1, 1e5, "Gb/s") * 1e9 / 8; }},
+      {"ib_gbps", [](PlatformSpec& s, auto k, auto v) { s.nic_bytes_per_s = magnitude(k, v, 1e-3, 1e7, "Gb/s") * 1e9 / 8; }},
       {"ib_efficiency", [](PlatformSpec& s, auto k, auto v) { s.nic_efficiency = fraction(k, v); }},
       {"ib_latency_us", [](PlatformSpec& s, auto k, auto v) { s.nic_latency_s = magnitude(k, v, 0, 1e6, "us") * 1e-6; }},
       {"oversubscription", [](PlatformSpec& s, auto k, auto v) {

@@ -174,6 +174,14 @@ def no_step_ran(d, out, err):
     return "step " not in err
 
 
+# A simulate --json result as merge reads it (the keys it checks).
+RESULT = {"step_time_s": 1.5, "tokens_per_s": 1000.0, "mfu": 0.3, "memory_gib": 40.0, "a2a_hidden_fraction": 0.5,
+          "memory_fits": True, "gpus": 8, "schedule": "sequential", "model": "m", "pattern": "[*E]",
+          "platform": "platform dgx-h100", "layout": {"tp": 1, "cp": 1, "pp": 1, "vpp": 1, "ep": 8, "etp": 1, "dp": 8,
+                                                     "mbs": 1, "microbatches": 2, "gbs": 16, "seq_len": 4096,
+                                                     "recompute": "none"}}
+
+
 # ---------------------------------------------------------------- the corpus
 # (name, issue class, expected exit code, argv, words in stderr, setup, extra check)
 CASES = [
@@ -415,6 +423,18 @@ CASES = [
     ("output-empty-path", 10, 2, ["plan", "--pattern", "M*E", "-o", ""], "an empty path", None, None),
     ("platform-absurd-peak", 10, 2, ["simulate", "--pattern", "M*E", "--platform", "dgx-h100:peak_tflops=1e-30"],
      "is outside [0.1, 1e+06] TFLOP/s", None, None),
+    # issue 29: merge reads one schema and one run's results
+    ("merge-different-runs", 10, 2, ["merge", "a.json", "b.json"], "results of different runs",
+     files(**{"a.json": json.dumps(RESULT), "b.json": json.dumps(dict(RESULT, layout=dict(RESULT["layout"], gbs=64)))}),
+     None),
+    ("merge-file-twice", 10, 2, ["merge", "a.json", "./a.json"], "given twice",
+     files(**{"a.json": json.dumps(RESULT)}), None),
+    ("merge-negative-step", 10, 2, ["merge", "a.json"], "step_time_s is missing or not a positive number",
+     files(**{"a.json": json.dumps(dict(RESULT, step_time_s=-1))}), None),
+    ("merge-wrong-type", 10, 2, ["merge", "a.json"], "mfu is missing or not a number",
+     files(**{"a.json": json.dumps(dict(RESULT, mfu="high"))}), None),
+    ("merge-huge-layout-value", 10, 2, ["merge", "a.json"], "layout.tp = 1e+300 is not a whole number of ranks",
+     files(**{"a.json": json.dumps(dict(RESULT, layout=dict(RESULT["layout"], tp=1e300)))}), None),
     ("simulate-negative-stage-layers", 10, 2,
      ["simulate", "--pattern", "*-", "--pp", "2", "--first-stage-layers", "-3"], "must be >= 0",
      None, lambda d, out, err: "179769" not in err),

@@ -437,10 +437,17 @@ class Translator {
     if (granularity == "full") {
       const auto method = value("--recompute-method");
       const auto n = int_value("--recompute-num-layers");
-      if (method == "block")
-        refuse("--recompute-method block (" + std::to_string(n.value_or(0)) +
-               " layers per stage recomputed): the twin recomputes every layer or none (issue 28)");
       emit("--recompute", "full");
+      if (method == "block") {
+        if (!n) refuse("--recompute-method block without --recompute-num-layers");
+        emit("--recompute-method", "block");
+        emit("--recompute-num-layers", *n);
+      } else if (method && method != "uniform") {
+        refuse("--recompute-method = '" + shown(*method) + "' (expected uniform or block)");
+      } else if (n && *n > 1) {
+        refuse("--recompute-method uniform --recompute-num-layers " + std::to_string(*n) +
+               " (a checkpoint every N layers) is not modelled; the twin recomputes per layer (N = 1)");
+      }
     } else if (granularity == "selective") {
       std::string modules;
       if (has("--recompute-modules")) {

@@ -78,6 +78,8 @@ struct LayoutFlags {
   schedule::ParallelConfig base;  // options beyond the grid
   int mbs = 0;
   std::string recompute = "none";
+  std::string recompute_method;  // "" (not given), uniform or block
+  int recompute_num_layers = -1;
   std::string grad_sync = "megatron";
   bool no_distributed_optimizer = false, no_overlap_grad_reduce = false, no_overlap_param_gather = false;
   double bucket_elements = 0;
@@ -89,6 +91,15 @@ struct LayoutFlags {
     if (mbs > 0) dims.micro_batch = mbs;
     schedule::ParallelConfig c = base;
     c.recompute = schedule::parse_recompute(recompute);
+    if ((!recompute_method.empty() || recompute_num_layers >= 0) && !c.recompute.full)
+      throw UsageError("--recompute-method and --recompute-num-layers apply to --recompute full");
+    if (recompute_method == "block") {
+      if (recompute_num_layers < 0) throw UsageError("--recompute-method block needs --recompute-num-layers N");
+      c.recompute.block_layers = recompute_num_layers;
+    } else if (recompute_num_layers > 1) {
+      throw UsageError("--recompute-method uniform with --recompute-num-layers " + std::to_string(recompute_num_layers) +
+                       " (checkpoints every N layers) is not modelled; the twin recomputes uniformly per layer (N = 1)");
+    }
     if (grad_sync == "megatron") {
       c.optimizer.sync = schedule::GradSync::Megatron;
       c.optimizer.distributed = !no_distributed_optimizer;
@@ -142,6 +153,15 @@ inline void add_layout_flags(CLI::App& sub, LayoutFlags& f) {
                  "activation recomputation: none, full, or modules core_attn,layernorm,moe_act,mlp,moe,shared_experts,"
                  "mla_up_proj")
       ->capture_default_str()->group(train);
+  sub.add_option("--recompute-method", f.recompute_method,
+                 "with --recompute full: uniform (every layer, the default) or block (the first "
+                 "--recompute-num-layers layers of each model chunk; the rest keep their activations)")
+      ->check(CLI::IsMember({"uniform", "block"}))
+      ->group(train);
+  sub.add_option("--recompute-num-layers", f.recompute_num_layers,
+                 "block: layers recomputed per model chunk; uniform: 1 (the twin's granularity)")
+      ->check(kNonNegative)
+      ->group(train);
   sub.add_option("--grad-sync", f.grad_sync,
                  "megatron: DDP buckets, optimizer step, distributed optimizer; end-of-step: one all-reduce after the "
                  "backward (what the engine does)")

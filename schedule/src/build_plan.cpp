@@ -248,7 +248,9 @@ class RankBuilder {
   void run_layer(const LayerInfo* f, const std::optional<ChunkRef>& fr, const LayerInfo* b,
                  const std::optional<ChunkRef>& br, bool last_layer_in_bwd) {
     const bool early = ctx_.opt.early_attn_release;
-    if (b && ctx_.cfg.recompute.full) recompute_layer(*b, *br);  // a checkpointed layer reruns first
+    // A checkpointed layer reruns first (under the block method, the chunk's first N layers only).
+    if (b && ctx_.cfg.recompute.full_at(static_cast<int>(b - chunk(br->vp_stage).layers.data()), b->shape.mtp))
+      recompute_layer(*b, *br);
     if (b && ctx_.cfg.recompute.has(kRecomputeMoe) && b->shape.moe()) recompute_moe(*b, *br);
     if (b) backward(*b, Slot::MtpPost, *br);        // 1
     if (b) backward(*b, Slot::Combine, *br);        // 2

@@ -278,7 +278,7 @@ Recompute parse_recompute(std::string_view text) {
 }
 
 std::string to_string(const Recompute& r) {
-  if (r.full) return "full";
+  if (r.full) return r.block_layers >= 0 ? "full (block " + std::to_string(r.block_layers) + ")" : "full";
   std::string out;
   for (const RecomputeName& n : recompute_names())
     if (r.has(n.module)) out += (out.empty() ? "" : ",") + std::string(n.name);

@@ -147,9 +147,11 @@ StageContents stage_contents(const patterns::ParsedPattern& pattern, const Model
   dense.assign(static_cast<std::size_t>(cfg.pp), 0);
   expert.assign(static_cast<std::size_t>(cfg.pp), 0);
   const double vocab_params = double(d.vocab) * d.hidden / cfg.tp;
-  auto add_layer = [&](int pp, int vp, int index, bool mtp, const std::string& symbols, bool weights) {
+  auto add_layer = [&](int pp, int vp, int index, bool mtp, const std::string& symbols, bool weights, bool full) {
     double working = 0;
-    const double kept = layer_activation_bytes(symbols, mtp, d, cfg, &working);
+    ParallelConfig layer_cfg = cfg;  // the block method recomputes some layers of a chunk only
+    layer_cfg.recompute.full = full;
+    const double kept = layer_activation_bytes(symbols, mtp, d, layer_cfg, &working);
     layer_bytes[{pp, vp, index, mtp}] = {kept, working};
     if (!weights) return;
     const RankLayerParams p = rank_layer_params(symbols, mtp, d, cfg);
@@ -160,13 +162,13 @@ StageContents stage_contents(const patterns::ParsedPattern& pattern, const Model
   for (const patterns::StageSlice& stage : split_stages(pattern, cfg)) {
     for (std::size_t i = 0; i < stage.items.size(); ++i)
       add_layer(stage.pp_rank, stage.vp_stage, stage.logical_offset + static_cast<int>(i), false, stage.items[i].symbols,
-                true);
+                true, cfg.recompute.full_at(static_cast<int>(i), false));
     if (stage.vp_stage > last_vp || (stage.vp_stage == last_vp && stage.pp_rank >= last_pp))
       last_pp = stage.pp_rank, last_vp = stage.vp_stage;
   }
   const int weight_sets = d.mtp_shared_weights && pattern.mtp_depths > 0 ? 1 : pattern.mtp_depths;
   for (int depth = 0; depth < pattern.mtp_depths; ++depth)  // shared MTP weights count once
-    add_layer(last_pp, last_vp, depth, true, pattern.mtp, depth < weight_sets);
+    add_layer(last_pp, last_vp, depth, true, pattern.mtp, depth < weight_sets, cfg.recompute.full_at(0, true));
   dense.front() += vocab_params;  // the embedding on the first stage
   const bool own_output = !d.tied_embeddings || cfg.pp > 1;
   dense[static_cast<std::size_t>(last_pp)] += (own_output ? vocab_params : 0.0) + d.hidden;

@@ -173,9 +173,15 @@ with tempfile.TemporaryDirectory() as d:
               f"refused in one line naming {words}: {err.strip()[:160]}")
 
     ok = "--bf16 --num-layers 48 --expert-model-parallel-size 8 --micro-batch-size 1 --global-batch-size 64 "
+    f = os.path.join(d, "block.txt")
+    open(f, "w").write(ok + "--pipeline-model-parallel-size 2 --recompute-granularity full --recompute-method block "
+                            "--recompute-num-layers 3")
+    rc, out, err = run(["simulate", "--megatron-args", f, "--model", "qwen3-30b-a3b", "--gpus", "16", "--json"])
+    check(rc == 0 and json.loads(out)["layout"]["recompute"] == "full (block 3)",
+          f"--recompute-method block --recompute-num-layers 3 is Megatron's block method ({err.strip()[-150:]})")
     refused(ok + "--use-megatron-fsdp", ["--use-megatron-fsdp", "FSDP"])
-    refused(ok + "--recompute-granularity full --recompute-method block --recompute-num-layers 2",
-            ["--recompute-method block"])
+    refused(ok + "--recompute-granularity full --recompute-method uniform --recompute-num-layers 2",
+            ["--recompute-num-layers 2", "not modelled"])
     refused(ok + "--tensor-model-parallel-size ${TP}", ["--tensor-model-parallel-size", "unexpanded"])
     refused(ok + "--tensor-model-parallel-size 2", ["--sequence-parallel"])
     refused(ok + "--moe-expert-capacity-factor 1.0", ["--moe-expert-capacity-factor"])

@@ -13,6 +13,7 @@
 #include "ht/schedule/costs.hpp"
 #include "ht/schedule/error.hpp"
 #include "ht/schedule/layout.hpp"
+#include "ht/schedule/memory.hpp"
 
 using namespace ht::schedule;
 using namespace ht::schedule::test;
@@ -439,6 +440,50 @@ TEST_CASE("recomputation replays forward work before the backward and refuses th
   } catch (const ScheduleError& e) {
     CHECK_THAT(std::string(e.what()), Catch::Contains("unknown recompute module 'bogus'"));
   }
+}
+
+TEST_CASE("the block recompute method replays the first N layers of each model chunk and keeps the rest",
+          "[schedule][layout]") {
+  // Twelve '[*-]' layers over pp 2 x vpp 2 = four chunks of three; block N = 2 recomputes the first
+  // two of each chunk (0, 1, 3, 4, 6, 7, 9, 10), never the third.
+  const ModelDims d = tiny_model();
+  ParallelConfig c = grid(1, 1, 1, 2, 1, 2, 2);
+  c.recompute.full = true;
+  c.recompute.block_layers = 2;
+  const std::string chunk3 = "[*-][*-][*-]";
+  const std::string pattern = chunk3 + "|" + chunk3 + "|" + chunk3 + "|" + chunk3;
+  const Plan plan = make_plan(pattern, c, options(false, false), d);
+  std::set<int> replayed;
+  for (const Node& n : plan.nodes)
+    if (n.phase == Phase::Recompute && n.layer >= 0) replayed.insert(n.layer);
+  CHECK(replayed == std::set<int>{0, 1, 3, 4, 6, 7, 9, 10});
+  CHECK(to_string(c.recompute) == "full (block 2)");
+  // Memory by hand: a recomputed layer keeps its input (tokens x hidden x 2 bytes), the others what
+  // they keep without recompute; the block method's total sits between, layer by layer.
+  const auto parsed = ht::patterns::parse(pattern);
+  ParallelConfig none = c, every = c;
+  none.recompute = {};
+  every.recompute.block_layers = -1;
+  const double input = layer_activation_bytes("*-", false, d, every);
+  const double plain = layer_activation_bytes("*-", false, d, none);
+  CHECK(input == Approx(owned_tokens(d, shard_of(c)) * d.hidden * d.bytes_per_element));
+  REQUIRE(plain > input);
+  const double block_kept = peak_memory(parsed, d, c, plan, Precision::Bf16).activations;
+  const Plan every_plan = make_plan(pattern, every, options(false, false), d);
+  const Plan none_plan = make_plan(pattern, none, options(false, false), d);
+  const double every_kept = peak_memory(parsed, d, every, every_plan, Precision::Bf16).activations;
+  const double none_kept = peak_memory(parsed, d, none, none_plan, Precision::Bf16).activations;
+  CHECK(every_kept < block_kept);
+  CHECK(block_kept < none_kept);
+  // Block N >= the chunk's layers is full recomputation; N = 0 is none.
+  ParallelConfig all = c, zero = c;
+  all.recompute.block_layers = 3;
+  zero.recompute.block_layers = 0;
+  CHECK(peak_memory(parsed, d, all, make_plan(pattern, all, options(false, false), d), Precision::Bf16).activations ==
+        Approx(every_kept));
+  int zero_replays = 0;
+  for (const Node& n : make_plan(pattern, zero, options(false, false), d).nodes) zero_replays += n.phase == Phase::Recompute;
+  CHECK(zero_replays == 0);
 }
 
 TEST_CASE("plans with tp > 1 pass the structural and deadlock checks and the engines refuse them",

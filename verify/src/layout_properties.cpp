@@ -39,7 +39,10 @@ Case layout_json(const gen::PlanCase& c, bool shared_expert) {
   j["overlap_grad_reduce"] = p.optimizer.overlap_grad_reduce;
   j["overlap_param_gather"] = p.optimizer.overlap_param_gather;
   j["bucket_elements"] = p.optimizer.bucket_elements;
-  j["recompute"] = schedule::to_string(p.recompute);
+  schedule::Recompute listed = p.recompute;
+  listed.block_layers = -1;  // to_string's "full (block N)" is for people; the case keeps N apart
+  j["recompute"] = schedule::to_string(listed);
+  if (p.recompute.block_layers >= 0) j["recompute_block_layers"] = p.recompute.block_layers;
   return j;
 }
 
@@ -55,6 +58,7 @@ PlanInput layout_input(const Case& c) {
   p.optimizer.overlap_param_gather = c.value("overlap_param_gather", false);
   p.optimizer.bucket_elements = c.value("bucket_elements", 0.0);
   p.recompute = schedule::parse_recompute(c.value("recompute", std::string("none")));
+  p.recompute.block_layers = c.value("recompute_block_layers", -1);
   return in;
 }
 

@@ -105,8 +105,13 @@ std::span<const RecomputeName> recompute_names();
 struct Recompute {
   bool full = false;       // every layer keeps only its input; its forward reruns before backward
   unsigned modules = 0;    // RecomputeModule bits (selective)
+  // --recompute-method block --recompute-num-layers N: with `full`, only the first N decoder layers
+  // of each model chunk recompute (Megatron's block method); -1 = every layer (uniform, N = 1).
+  int block_layers = -1;
   bool any() const { return full || modules != 0; }
   bool has(RecomputeModule m) const { return (modules & m) != 0; }
+  // Whether the decoder layer at `index` of its model chunk (MTP depths: mtp) recomputes fully.
+  bool full_at(int index, bool mtp) const { return full && (block_layers < 0 || (!mtp && index < block_layers)); }
   bool operator==(const Recompute&) const = default;
 };
 Recompute parse_recompute(std::string_view text);

@@ -34,7 +34,11 @@ inline rc::Gen<PlanCase> layout_case() {
       p.optimizer.bucket_elements = *rc::gen::element(0.0, 5000.0, 20000.0);
     }
     const int recompute = *rc::gen::inRange(0, 4);
-    if (recompute == 1 && !c.options.overlap) p.recompute.full = true;
+    if (recompute == 1 && !c.options.overlap) {
+      p.recompute.full = true;
+      // Megatron's block method half the time: the first N layers of each model chunk.
+      if (*rc::gen::arbitrary<bool>()) p.recompute.block_layers = *rc::gen::inRange(0, 4);
+    }
     if (recompute == 2) p.recompute.modules = *rc::gen::inRange(1, 128) & ~unsigned(schedule::kRecomputeMoe);
     if (recompute == 3 && !c.options.overlap) p.recompute.modules = *rc::gen::inRange(1, 128);
     return c;

@@ -2,6 +2,7 @@
 // the tool computes from their dimensions next to the published ones, or one card in full. The
 // cards are what `simulate --model NAME` and `plan --model NAME` read.
 #include <cmath>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -11,6 +12,9 @@
 
 #include "command.hpp"
 #include "ht/patterns/pattern.hpp"
+#include "ht/io/input_file.hpp"
+#include "ht/io/output_file.hpp"
+#include "ht/schedule/hf_config.hpp"
 #include "ht/schedule/model_card.hpp"
 #include "ht/schedule/params.hpp"
 
@@ -22,6 +26,8 @@ namespace hs = ht::schedule;
 struct ModelsArgs {
   std::string name;
   bool json_out = false;
+  // models import CONFIG [-o CARD] [--name NAME]
+  std::string config, output, card_name;
 };
 
 // The counts to compare with the published ones: the same definition (MTP, embeddings) as the
@@ -73,6 +79,34 @@ nlohmann::json card_json(const hs::ModelCard& card) {
                       {"source", card.published.source}};
   if (card.training_seq_len > 0) j["seq_len"] = card.training_seq_len;
   return j;
+}
+
+// `models import`: a Hugging Face config.json as a model card (hf_config.hpp), the fields it used
+// and those it did not on stderr, the card on stdout or in -o.
+int run_import(const ModelsArgs& a) {
+  const std::string text = io::read_input_file(a.config, 16u << 20, "Hugging Face config");
+  hs::HfImport imported = hs::import_hf_config(text, a.config);
+  hs::ModelCard& card = imported.card;
+  card.name = !a.card_name.empty() ? a.card_name : std::filesystem::path(a.config).stem().string();
+  auto join = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+    return s;
+  };
+  const hs::ModelParams p = hs::count_params(ht::patterns::parse(card.pattern), card.dims);
+  std::cerr << "import: " << imported.family << ", " << billions(p.total) << " parameters (" << billions(p.mtp)
+            << " of them MTP), " << billions(p.active) << " active per token\n"
+            << "import: used " << imported.used.size() << ": " << join(imported.used) << "\n"
+            << "import: not used " << imported.not_used.size() << (imported.not_used.empty() ? "" : ": ")
+            << join(imported.not_used) << "\n";
+  const std::string json = hs::model_card_to_json(card);
+  if (a.output.empty()) {
+    std::cout << json;
+  } else {
+    io::write_output_file(a.output, "model card", [&](std::ostream& out) { out << json; });
+    std::cerr << "wrote " << a.output << " (use it as --model " << a.output << ")\n";
+  }
+  return 0;
 }
 
 int run(const ModelsArgs& a) {
@@ -129,7 +163,14 @@ const Registration reg{{
       auto a = std::make_shared<ModelsArgs>();
       sub.add_option("NAME", a->name, "a card name or card FILE.json to show in full");
       sub.add_flag("--json", a->json_out, "print JSON");
-      return [a] { return run(*a); };
+      CLI::App* import = sub.add_subcommand(
+          "import", "a Hugging Face config.json as a model card (families: llama, mistral, qwen2, qwen3, qwen3_moe, "
+                    "mixtral, deepseek_v3, qwen3_next, nemotron_h)");
+      import->add_option("CONFIG", a->config, "the model's config.json")->required();
+      import->add_option("-o,--output", a->output, "write the card here (atomically) instead of stdout")
+          ->check(kOutputPath);
+      import->add_option("--name", a->card_name, "the card's name (default: the file's stem)");
+      return [a, import] { return import->parsed() ? run_import(*a) : run(*a); };
     },
     25}};
 

@@ -1,6 +1,8 @@
 // Model cards (see model_card.hpp).
 #include "ht/schedule/model_card.hpp"
 
+#include "ht/schedule/hf_config.hpp"
+
 #include <algorithm>
 #include <cstddef>
 
@@ -151,6 +153,7 @@ ModelCard resolve_model(const std::string& name_or_file) {
   if (!looks_like_file && !std::filesystem::exists(name_or_file)) return model_card(name_or_file);  // its error lists names
   const std::string text = detail::read_text(name_or_file, "model file");
   if (is_model_card(text)) return parse_model_card(text, name_or_file);
+  if (is_hf_config(text)) return import_hf_config(text, name_or_file).card;
   ModelCard bare;
   bare.dims = load_model_dims(name_or_file);
   return bare;

@@ -71,7 +71,9 @@ void print_run(const Setup& s, const Run& r, const TrainBudget& budget) {
             << ", delayed wgrad " << (r.plan.delay_wgrad ? "on" : "off") << ", recompute "
             << hs::to_string(l.recompute) << "\n"
             << "grad sync    "
-            << (l.optimizer.sync == hs::GradSync::Megatron
+            << (l.optimizer.fsdp ? std::string("Megatron-FSDP: each layer gathered before its forward and backward, "
+                                               "its gradients reduce-scattered after")
+                : l.optimizer.sync == hs::GradSync::Megatron
                     ? std::string(l.optimizer.distributed ? "distributed optimizer" : "DDP all-reduce") +
                           (l.optimizer.overlap_grad_reduce ? ", reduce overlapped with backward" : ", reduce after backward") +
                           (l.optimizer.distributed ? (l.optimizer.overlap_param_gather ? ", gather before forward"

@@ -216,8 +216,6 @@ class Translator {
 
   void refuse_unsupported() {
     const std::vector<std::pair<std::string, std::string>> not_described{
-        {"--use-megatron-fsdp", "Megatron-FSDP is not described by the twin yet"},
-        {"--use-custom-fsdp", "Megatron-FSDP is not described by the twin yet"},
         {"--moe-expert-capacity-factor", "token dropping (a capacity factor) is not modelled; the twin is dropless"},
         {"--moe-pad-expert-input-to-capacity", "padding experts to capacity is not modelled"},
         {"--cpu-offloading", "activation offloading is not modelled"},
@@ -425,6 +423,12 @@ class Translator {
 
   void step() {
     // Megatron's defaults are off; the twin's are on: every switch is stated.
+    if (flag("--use-megatron-fsdp") || flag("--use-custom-fsdp")) {
+      if (const auto strategy = value("--data-parallel-sharding-strategy"); strategy && *strategy != "optim_grads_params")
+        refuse("--data-parallel-sharding-strategy " + *strategy +
+               ": the twin describes Megatron-FSDP's optim_grads_params (weights, gradients and optimizer sharded)");
+      emit("--fsdp");
+    }
     if (!flag("--use-distributed-optimizer")) emit("--no-distributed-optimizer");
     if (!flag("--overlap-grad-reduce")) emit("--no-overlap-grad-reduce");
     if (!flag("--overlap-param-gather")) emit("--no-overlap-param-gather");

@@ -82,6 +82,7 @@ struct LayoutFlags {
   int recompute_num_layers = -1;
   std::string grad_sync = "megatron";
   bool no_distributed_optimizer = false, no_overlap_grad_reduce = false, no_overlap_param_gather = false;
+  bool fsdp = false;
   double bucket_elements = 0;
   CLI::Option* dp_option = nullptr;
   CLI::Option* microbatches_option = nullptr;
@@ -107,6 +108,15 @@ struct LayoutFlags {
       c.optimizer.overlap_param_gather = c.optimizer.distributed && c.optimizer.overlap_grad_reduce && !no_overlap_param_gather;
     } else if (no_distributed_optimizer || no_overlap_grad_reduce || no_overlap_param_gather) {
       throw UsageError("--no-distributed-optimizer and --no-overlap-* apply to --grad-sync megatron");
+    }
+    if (fsdp) {
+      if (grad_sync != "megatron") throw UsageError("--fsdp needs --grad-sync megatron");
+      // Megatron-FSDP shards the optimizer itself and gathers each unit as it runs: the
+      // distributed optimizer's bucket gathers and reductions are not used.
+      c.optimizer.fsdp = true;
+      c.optimizer.distributed = false;
+      c.optimizer.overlap_grad_reduce = false;
+      c.optimizer.overlap_param_gather = false;
     }
     c.optimizer.bucket_elements = bucket_elements;
     schedule::LayoutRequest r = request;
@@ -167,6 +177,11 @@ inline void add_layout_flags(CLI::App& sub, LayoutFlags& f) {
                  "backward (what the engine does)")
       ->check(CLI::IsMember({"megatron", "end-of-step"}))->capture_default_str()->group(train);
   sub.add_flag("--no-distributed-optimizer", f.no_distributed_optimizer, "plain DDP: all-reduce, full optimizer state")
+      ->group(train);
+  sub.add_flag("--fsdp,--use-megatron-fsdp", f.fsdp,
+               "Megatron-FSDP (optim_grads_params): weights, gradients and optimizer state sharded over the "
+               "data-parallel group; each layer (a bracket group is one unit) gathered before its forward and "
+               "backward, the next one prefetched, its gradients reduce-scattered after its backward")
       ->group(train);
   sub.add_flag("--no-overlap-grad-reduce", f.no_overlap_grad_reduce, "reduce gradients after the whole backward")->group(train);
   sub.add_flag("--no-overlap-param-gather", f.no_overlap_param_gather,

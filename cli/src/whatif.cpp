@@ -194,6 +194,7 @@ nlohmann::json summary_json(const Run& r) {
             {"gbs", r.global_batch}, {"seq_len", r.seq_len}, {"recompute", hs::to_string(l.recompute)},
             {"grad_sync", l.optimizer.sync == hs::GradSync::Megatron ? "megatron" : "end-of-step"},
             {"distributed_optimizer", l.optimizer.distributed},
+            {"fsdp", l.optimizer.fsdp},
             {"overlap_grad_reduce", l.optimizer.overlap_grad_reduce},
             {"overlap_param_gather", l.optimizer.overlap_param_gather},
             {"account_embedding", r.plan.account_embedding}, {"account_loss", r.plan.account_loss},

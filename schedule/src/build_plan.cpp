@@ -154,6 +154,10 @@ class RankBuilder {
   // The distributed optimizer's parameter all-gathers of the previous step's update, issued on
   // the dp stream before anything else so that every forward can wait for its bucket.
   void gather_parameters_first(const std::vector<Bucket>& buckets) {
+    if (ctx_.cfg.optimizer.fsdp) {
+      fsdp_units(buckets);
+      return;
+    }
     if (!ctx_.megatron_sync() || !ctx_.cfg.optimizer.overlap_param_gather) return;
     // Forward order: the last bucket of a chunk holds its first layers.
     for (int v = 0; v < ctx_.cfg.model_chunks(); ++v)
@@ -176,7 +180,12 @@ class RankBuilder {
     }
     const OptimizerConfig& o = ctx_.cfg.optimizer;
     std::vector<int> reduces;
-    for (std::size_t i = 0; i < buckets.size(); ++i) {
+    if (o.fsdp) {  // every unit reduced as its backward ended; the last ones now
+      for (auto& [mb, pending] : fsdp_pending_) fsdp_reduce(pending);
+      fsdp_pending_.clear();
+      reduces = fsdp_reduces_;
+    }
+    for (std::size_t i = 0; i < buckets.size() && !o.fsdp; ++i) {
       const Bucket& bk = buckets[i];
       std::vector<int> deps;
       if (o.overlap_grad_reduce) {
@@ -214,7 +223,7 @@ class RankBuilder {
     // three and the bf16 weight, after the gradient norm read the gradients once more.
     double elements = 0;
     for (const Bucket& bk : buckets) {
-      const double shard = o.distributed ? group(bk.expert ? Group::Edp : Group::Dp).size() : 1;
+      const double shard = o.distributed || o.fsdp ? group(bk.expert ? Group::Edp : Group::Dp).size() : 1;
       elements += bk.elements / shard;
     }
     Node step;
@@ -226,7 +235,7 @@ class RankBuilder {
     step.work = ctx_.works->intern({{KernelKind::Elementwise, false, 0, 0, 0, 1, step.flops, step.mem_bytes}});
     step.deps = reduces.empty() ? chain_ends : reduces;
     const int step_id = push(std::move(step));
-    if (o.distributed && !o.overlap_param_gather)
+    if (o.distributed && !o.overlap_param_gather && !o.fsdp)
       for (std::size_t i = buckets.size(); i-- > 0;) param_gather(buckets[i], static_cast<int>(i), {step_id});
   }
 
@@ -595,6 +604,9 @@ class RankBuilder {
   int emit(Node n, ChunkRef c) {
     n.microbatch = c.microbatch;
     n.vp_stage = c.vp_stage;
+    const int unit = fsdp_unit_key(n);
+    const bool fsdp = !fsdp_order_.empty() && unit != kNoUnit;
+    if (fsdp) fsdp_before(n, c, unit);
     const auto key = std::make_pair(c.microbatch, c.vp_stage);
     const auto it = chain_last_.find(key);
     if (it != chain_last_.end()) n.deps.push_back(it->second);
@@ -605,10 +617,99 @@ class RankBuilder {
     }
     const bool grads = n.phase == Phase::Backward || n.phase == Phase::Weight;
     const int n_layer = n.layer;
+    const bool backward = n.phase == Phase::Backward;
     const int local = push(std::move(n));
     chain_last_[key] = local;
+    if (fsdp && backward) fsdp_pending_[c.microbatch] = {c.vp_stage, unit, local};
     if (grads && n_layer >= 0 && c.microbatch == ctx_.cfg.microbatches - 1) grads_done_[{c.vp_stage, layer}] = local;
     return local;
+  }
+
+  // ---- Megatron-FSDP (OptimizerConfig::fsdp) --------------------------------------------
+  static constexpr int kNoUnit = -999999999;
+  struct PendingReduce {
+    int vp_stage = 0, unit = kNoUnit, last = -1;  // the unit whose backward ran, its last node
+  };
+
+  // The unit a node belongs to: its layer (MTP depth d as -2 - d), the embedding or the output.
+  static int fsdp_unit_key(const Node& n) {
+    if (n.microbatch < 0) return kNoUnit;
+    if (n.slot == Slot::PreProcess) return kEmbeddingKey;
+    if (n.slot == Slot::PostProcess) return kOutputKey;
+    if (n.layer < 0) return kNoUnit;
+    return n.mtp ? -2 - n.layer : n.layer;
+  }
+
+  // Units of each chunk in forward order and their buckets (one per parameter buffer).
+  void fsdp_units(const std::vector<Bucket>& buckets) {
+    for (int v = 0; v < ctx_.cfg.model_chunks(); ++v) {
+      const Chunk& c = chunk(v);
+      std::vector<int> order;
+      if (c.first) order.push_back(kEmbeddingKey);
+      for (const LayerInfo& l : c.layers) order.push_back(l.shape.mtp ? -2 - l.index : l.index);
+      if (c.last) order.push_back(kOutputKey);
+      fsdp_order_[v] = order;
+    }
+    for (std::size_t i = 0; i < buckets.size(); ++i)
+      for (int key : buckets[i].layers) fsdp_buckets_[{buckets[i].vp_stage, key}].push_back(static_cast<int>(i));
+    fsdp_all_ = buckets;
+  }
+
+  // Before a unit's first node of a microbatch's forward (pass 0) or recompute/backward (pass 1):
+  // its parameters all-gathered (unless prefetched), the next unit's gather issued behind it, and
+  // in the backward the previous unit's gradients reduce-scattered.
+  void fsdp_before(Node& n, ChunkRef c, int unit) {
+    const int pass = n.phase == Phase::Forward ? 0 : 1;
+    if (pass == 1) {
+      auto it = fsdp_pending_.find(c.microbatch);
+      if (it != fsdp_pending_.end() && (it->second.unit != unit || it->second.vp_stage != c.vp_stage)) {
+        fsdp_reduce(it->second);
+        fsdp_pending_.erase(it);
+      }
+    }
+    const auto key = std::make_tuple(c.microbatch, c.vp_stage, unit, pass);
+    if (!fsdp_first_.insert(key).second) return;
+    if (!fsdp_gathers_.count(key)) fsdp_gathers_[key] = fsdp_gather(c.vp_stage, unit);
+    for (int id : fsdp_gathers_[key]) n.deps.push_back(id);
+    const std::vector<int>& order = fsdp_order_[c.vp_stage];
+    const auto at = std::find(order.begin(), order.end(), unit);
+    if (at == order.end()) return;
+    const auto next = pass == 0 ? at + 1 : at;
+    if (pass == 0 && next == order.end()) return;
+    if (pass == 1 && next == order.begin()) return;
+    const int next_unit = pass == 0 ? *next : *(next - 1);
+    const auto next_key = std::make_tuple(c.microbatch, c.vp_stage, next_unit, pass);
+    if (!fsdp_gathers_.count(next_key)) fsdp_gathers_[next_key] = fsdp_gather(c.vp_stage, next_unit);
+  }
+
+  std::vector<int> fsdp_gather(int vp, int unit) {
+    std::vector<int> ids;
+    const auto it = fsdp_buckets_.find({vp, unit});
+    if (it == fsdp_buckets_.end()) return ids;
+    for (int b : it->second) {
+      const int id = param_gather(fsdp_all_[static_cast<std::size_t>(b)], b, {});
+      if (id >= 0) ids.push_back(id);
+    }
+    return ids;
+  }
+
+  // The unit's fp32 gradients reduce-scattered over its data-parallel group(s).
+  void fsdp_reduce(const PendingReduce& p) {
+    const auto it = fsdp_buckets_.find({p.vp_stage, p.unit});
+    if (it == fsdp_buckets_.end()) return;
+    for (int b : it->second) {
+      const Bucket& bk = fsdp_all_[static_cast<std::size_t>(b)];
+      const auto& g = group(bk.expert ? Group::Edp : Group::Dp);
+      if (g.size() < 2) continue;
+      const double bytes = bk.elements * 4.0;
+      Node n = dp_node(Slot::GradAllReduce, bk, b, bytes);
+      for (int peer : g)
+        if (peer != rank_) n.sends.push_back({peer, bytes / static_cast<double>(g.size())});
+      n.deps.push_back(p.last);
+      const int id = push(std::move(n));
+      collectives_.emplace_back(id, CollectiveKind::ReduceScatter, bk.expert ? Group::Edp : Group::Dp);
+      fsdp_reduces_.push_back(id);
+    }
   }
 
   int push(Node n) {
@@ -626,6 +727,16 @@ class RankBuilder {
   std::map<std::pair<int, int>, int> grads_done_;  // (vp, layer) -> last node of the last microbatch
   std::map<std::pair<int, int>, int> gather_of_;   // (vp, layer) -> its bucket's parameter gather
   std::set<std::pair<int, int>> first_use_;        // (vp, layer) whose first forward waited already
+  // Megatron-FSDP: units per chunk in forward order, each unit's buckets, the gathers issued per
+  // (microbatch, vp, unit, pass), the units whose first node waited, the reduce each microbatch's
+  // backward still owes, and every reduce issued.
+  std::map<int, std::vector<int>> fsdp_order_;
+  std::map<std::pair<int, int>, std::vector<int>> fsdp_buckets_;
+  std::vector<Bucket> fsdp_all_;
+  std::map<std::tuple<int, int, int, int>, std::vector<int>> fsdp_gathers_;
+  std::set<std::tuple<int, int, int, int>> fsdp_first_;
+  std::map<int, PendingReduce> fsdp_pending_;
+  std::vector<int> fsdp_reduces_;
 };
 
 [[noreturn]] void reject(ErrorCode code, const std::string& message) {
@@ -653,7 +764,8 @@ std::vector<Bucket> rank_buckets(const Context& ctx, int pp_rank, double* tp_rep
   const auto& chunks = ctx.chunks[static_cast<std::size_t>(pp_rank)];
   for (int v = 0; v < static_cast<int>(chunks.size()); ++v) {
     const Chunk& c = chunks[static_cast<std::size_t>(v)];
-    const bool cut = cfg.optimizer.overlap_grad_reduce && pp_rank == 0 && v == 0;
+    // Megatron-FSDP: every unit (layer, embedding, output) is a bucket of its own.
+    const bool cut = cfg.optimizer.fsdp || (cfg.optimizer.overlap_grad_reduce && pp_rank == 0 && v == 0);
     // (layer id, dense, expert) in reverse registration order.
     std::vector<std::tuple<int, double, double>> params;
     if (c.last) {
@@ -675,7 +787,7 @@ std::vector<Bucket> rank_buckets(const Context& ctx, int pp_rank, double* tp_rep
         current.elements += n;
         if (std::find(current.layers.begin(), current.layers.end(), layer) == current.layers.end())
           current.layers.push_back(layer);
-        if (cut && current.elements >= size) {
+        if (cut && (cfg.optimizer.fsdp || current.elements >= size)) {
           out.push_back(std::move(current));
           current = {expert, v, 0, {}};
         }
@@ -832,6 +944,10 @@ void check_schedule_config(const patterns::ParsedPattern& pattern, const ModelDi
     reject(ErrorCode::BadConfig, "num_experts = " + std::to_string(dims.num_experts) +
                                      " must be a multiple of ep = " + std::to_string(config.ep));
   check_recompute(pattern, config, options);
+  if (config.optimizer.fsdp && options.delay_wgrad)
+    reject(ErrorCode::BadConfig,
+           "Megatron-FSDP with delayed weight gradients (and so with the EP overlap) is not described yet; turn "
+           "them off");
   check_layout(pattern, dims, config);
 }
 

@@ -168,6 +168,8 @@ void validate(const ParallelConfig& c) {
   if (o.overlap_param_gather && !(o.distributed && o.overlap_grad_reduce))
     bad_config("overlapping the parameter all-gather needs the distributed optimizer and "
                "--overlap-grad-reduce (Megatron's rule)");
+  if (o.fsdp && o.sync != GradSync::Megatron)
+    bad_config("Megatron-FSDP needs Megatron's gradient sync (OptimizerConfig::sync = Megatron)");
   if (!std::isfinite(o.bucket_elements) || o.bucket_elements < 0)
     bad_config("bucket size = " + std::to_string(o.bucket_elements) + " elements must be finite and >= 0");
   if (c.split.first_stage_layers < -1 || c.split.last_stage_layers < -1)

@@ -137,6 +137,7 @@ namespace {
 struct StageContents {
   std::map<std::tuple<int, int, int, bool>, std::pair<double, double>> layer_bytes;  // (pp, vp, layer, mtp)
   std::vector<double> dense, expert;
+  std::vector<double> largest_unit;  // a rank's parameters of its largest layer, embedding or output
 };
 
 StageContents stage_contents(const patterns::ParsedPattern& pattern, const ModelDims& d, const ParallelConfig& cfg) {
@@ -146,6 +147,7 @@ StageContents stage_contents(const patterns::ParsedPattern& pattern, const Model
   auto& expert = sc.expert;
   dense.assign(static_cast<std::size_t>(cfg.pp), 0);
   expert.assign(static_cast<std::size_t>(cfg.pp), 0);
+  sc.largest_unit.assign(static_cast<std::size_t>(cfg.pp), 0);
   const double vocab_params = double(d.vocab) * d.hidden / cfg.tp;
   auto add_layer = [&](int pp, int vp, int index, bool mtp, const std::string& symbols, bool weights, bool full) {
     double working = 0;
@@ -157,6 +159,8 @@ StageContents stage_contents(const patterns::ParsedPattern& pattern, const Model
     const RankLayerParams p = rank_layer_params(symbols, mtp, d, cfg);
     dense[static_cast<std::size_t>(pp)] += p.dense;
     expert[static_cast<std::size_t>(pp)] += p.expert;
+    double& largest = sc.largest_unit[static_cast<std::size_t>(pp)];
+    largest = std::max(largest, p.dense + p.expert);
   };
   int last_pp = 0, last_vp = 0;
   for (const patterns::StageSlice& stage : split_stages(pattern, cfg)) {
@@ -170,8 +174,11 @@ StageContents stage_contents(const patterns::ParsedPattern& pattern, const Model
   for (int depth = 0; depth < pattern.mtp_depths; ++depth)  // shared MTP weights count once
     add_layer(last_pp, last_vp, depth, true, pattern.mtp, depth < weight_sets, cfg.recompute.full_at(0, true));
   dense.front() += vocab_params;  // the embedding on the first stage
+  sc.largest_unit.front() = std::max(sc.largest_unit.front(), vocab_params);
   const bool own_output = !d.tied_embeddings || cfg.pp > 1;
   dense[static_cast<std::size_t>(last_pp)] += (own_output ? vocab_params : 0.0) + d.hidden;
+  if (own_output)
+    sc.largest_unit[static_cast<std::size_t>(last_pp)] = std::max(sc.largest_unit[static_cast<std::size_t>(last_pp)], vocab_params);
   return sc;
 }
 
@@ -179,11 +186,21 @@ StageContents stage_contents(const patterns::ParsedPattern& pattern, const Model
 void state_bytes(const StageContents& sc, const ParallelConfig& cfg, Precision precision, std::size_t pp,
                  double& weights, double& gradients, double& optimizer) {
   const bool megatron = cfg.optimizer.sync == GradSync::Megatron;
-  const double dense_d = megatron && cfg.optimizer.distributed ? double(cfg.dp) * cfg.cp : 1.0;
-  const double expert_d = megatron && cfg.optimizer.distributed ? double(cfg.edp()) : 1.0;
-  weights = (precision == Precision::Bf16 ? 2 : 3) * (sc.dense[pp] + sc.expert[pp]);
-  gradients = 4 * (sc.dense[pp] + sc.expert[pp]);
+  const bool sharded = megatron && (cfg.optimizer.distributed || cfg.optimizer.fsdp);
+  const double dense_d = sharded ? double(cfg.dp) * cfg.cp : 1.0;
+  const double expert_d = sharded ? double(cfg.edp()) : 1.0;
+  const double weight_bytes = precision == Precision::Bf16 ? 2 : 3;
   optimizer = 12 * (sc.dense[pp] / dense_d + sc.expert[pp] / expert_d);
+  if (megatron && cfg.optimizer.fsdp) {
+    // Megatron-FSDP: the rank's shard of the weights and gradients, plus the units in flight: the
+    // one computing and the next one prefetched (weights) and the one being reduced (gradients).
+    const double shard = sc.dense[pp] / dense_d + sc.expert[pp] / expert_d;
+    weights = weight_bytes * (shard + 2 * sc.largest_unit[pp]);
+    gradients = 4 * (shard + sc.largest_unit[pp]);
+    return;
+  }
+  weights = weight_bytes * (sc.dense[pp] + sc.expert[pp]);
+  gradients = 4 * (sc.dense[pp] + sc.expert[pp]);
 }
 
 }  // namespace

@@ -179,7 +179,10 @@ with tempfile.TemporaryDirectory() as d:
     rc, out, err = run(["simulate", "--megatron-args", f, "--model", "qwen3-30b-a3b", "--gpus", "16", "--json"])
     check(rc == 0 and json.loads(out)["layout"]["recompute"] == "full (block 3)",
           f"--recompute-method block --recompute-num-layers 3 is Megatron's block method ({err.strip()[-150:]})")
-    refused(ok + "--use-megatron-fsdp", ["--use-megatron-fsdp", "FSDP"])
+    open(f, "w").write(ok + "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params")
+    rc, out, err = run(["simulate", "--megatron-args", f, "--model", "qwen3-30b-a3b", "--gpus", "16", "--json"])
+    check(rc == 0 and json.loads(out)["layout"]["fsdp"] is True, "--use-megatron-fsdp is the twin's --fsdp")
+    refused(ok + "--use-megatron-fsdp --data-parallel-sharding-strategy no_shard", ["optim_grads_params"])
     refused(ok + "--recompute-granularity full --recompute-method uniform --recompute-num-layers 2",
             ["--recompute-num-layers 2", "not modelled"])
     refused(ok + "--tensor-model-parallel-size ${TP}", ["--tensor-model-parallel-size", "unexpanded"])

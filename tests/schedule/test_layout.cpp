@@ -14,6 +14,7 @@
 #include "ht/schedule/error.hpp"
 #include "ht/schedule/layout.hpp"
 #include "ht/schedule/memory.hpp"
+#include "ht/schedule/params.hpp"
 
 using namespace ht::schedule;
 using namespace ht::schedule::test;
@@ -484,6 +485,61 @@ TEST_CASE("the block recompute method replays the first N layers of each model c
   int zero_replays = 0;
   for (const Node& n : make_plan(pattern, zero, options(false, false), d).nodes) zero_replays += n.phase == Phase::Recompute;
   CHECK(zero_replays == 0);
+}
+
+TEST_CASE("Megatron-FSDP gathers each unit before its forward and backward and reduce-scatters it after",
+          "[schedule][layout]") {
+  // Two layers plus the embedding and the output (final norm) are four units; dp 2, two
+  // microbatches: per microbatch every unit is gathered twice (forward, backward) and reduced once.
+  // The bytes, counted from the model's parameter count (params.hpp), not from the builder:
+  // gathers carry bf16 weights, reductions fp32 gradients, 1/dp of them to each of the dp - 1 peers.
+  const ModelDims d = tiny_model();
+  ParallelConfig c = grid(1, 1, 2, 1, 1, 2);
+  c.optimizer.sync = GradSync::Megatron;
+  c.optimizer.fsdp = true;
+  const std::string pattern = "[*-][*-]";
+  const Plan plan = make_plan(pattern, c, options(false, false), d);
+  const double total = count_params(ht::patterns::parse(pattern), d).total;
+  int gathers = 0, reduces = 0;
+  double gathered = 0, reduced = 0;
+  int last_reduce = -1, optimizer = -1;
+  const RankPlan& r0 = plan.ranks.front();
+  for (std::size_t i = 0; i < r0.issue.size(); ++i) {
+    const Node& n = plan.node(r0.issue[i]);
+    double sent = 0;
+    for (const Transfer& t : n.sends) sent += t.bytes;
+    if (n.slot == Slot::ParamGather) ++gathers, gathered += sent;
+    if (n.slot == Slot::GradAllReduce) ++reduces, reduced += sent, last_reduce = static_cast<int>(i);
+    if (n.slot == Slot::OptimizerStep) optimizer = static_cast<int>(i);
+  }
+  CHECK(gathers == 4 * 2 * 2);
+  CHECK(reduces == 4 * 2);
+  CHECK(gathered == Approx(2 /* microbatches */ * 2 /* passes */ * total * 2 / 2));
+  CHECK(reduced == Approx(2 * total * 4 / 2));
+  REQUIRE(optimizer >= 0);
+  CHECK(last_reduce < optimizer);
+  // The optimizer updates the rank's shard: 12 flops per parameter over 1/dp of them.
+  CHECK(plan.node(r0.issue[static_cast<std::size_t>(optimizer)]).flops == Approx(12 * total / 2));
+  // Each unit's first node of a pass and microbatch waits for that unit's gather.
+  int waiting = 0;
+  for (const Node& n : plan.nodes)
+    if (n.rank == 0)
+      for (int dep : n.deps) waiting += plan.node(dep).slot == Slot::ParamGather;
+  CHECK(waiting == 4 * 2 * 2);  // one first node per unit, pass and microbatch
+  CHECK_NOTHROW(check_plan_structure(plan));
+  CHECK(find_deadlock(plan).empty());
+  // Memory by hand: the shard of weights (2 B), gradients (4 B) and optimizer state (12 B), plus
+  // two gathered units of weights and one of gradients (the largest unit: the embedding or a layer).
+  const ModelParams one = count_params(ht::patterns::parse("[*-]"), d);
+  const double largest = std::max(double(d.vocab) * d.hidden, one.total - one.embedding - one.output);
+  const MemoryBreakdown m = peak_memory(ht::patterns::parse(pattern), d, c, plan, Precision::Bf16);
+  CHECK(m.weights == Approx(2 * (total / 2 + 2 * largest)));
+  CHECK(m.gradients == Approx(4 * (total / 2 + largest)));
+  CHECK(m.optimizer == Approx(12 * total / 2));
+  // Delayed weight gradients (the EP overlap's) are refused with FSDP.
+  ParallelConfig moe = grid(1, 1, 2, 1, 2, 2);
+  moe.optimizer = c.optimizer;
+  CHECK_THAT(build_error("[*E][*E]", moe, options(true, true), d), Catch::Contains("Megatron-FSDP with delayed"));
 }
 
 TEST_CASE("plans with tp > 1 pass the structural and deadlock checks and the engines refuse them",

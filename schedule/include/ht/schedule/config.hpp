@@ -132,6 +132,11 @@ struct OptimizerConfig {
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;  // needs distributed and overlap_grad_reduce
   double bucket_elements = 0;         // 0 = Megatron's default max(40M, 1M x dp x cp)
+  // --use-megatron-fsdp (optim_grads_params): parameters, gradients and optimizer state sharded
+  // over the data-parallel group; each unit (a logical layer: a bracket group is one unit; the
+  // embedding; the output layer) all-gathered before its forward and again before its backward,
+  // the next unit's gather prefetched, its gradients reduce-scattered once its backward ends.
+  bool fsdp = false;
   bool operator==(const OptimizerConfig&) const = default;
 };
 

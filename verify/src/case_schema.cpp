@@ -118,6 +118,18 @@ const std::map<std::string, Rule>& case_fields() {
       {"routing_skew", number(0, 16)},
       {"platform", text(256)},
       {"interference", number(1, 16)},
+      // layouts (layout_gen.hpp): tp 1-4, cp 1-2, etp 1-2, Megatron's gradient sync, FSDP, recompute
+      {"tp", integer(1, 8)},
+      {"cp", integer(1, 8)},
+      {"etp", integer(1, 8)},
+      {"megatron_sync", boolean()},
+      {"distributed_optimizer", boolean()},
+      {"overlap_grad_reduce", boolean()},
+      {"overlap_param_gather", boolean()},
+      {"bucket_elements", number(0, 1e9)},
+      {"fsdp", boolean()},
+      {"recompute", text(256)},
+      {"recompute_block_layers", integer(-1, 64)},
       // engine runs (batch 1-2, seq 4-8, seeds 0-999) on a tiny model
       {"batch", integer(1, 8)},
       {"seq", integer(1, 64)},

@@ -36,6 +36,7 @@ Case layout_json(const gen::PlanCase& c, bool shared_expert) {
   j["etp"] = p.etp;
   j["megatron_sync"] = p.optimizer.sync == schedule::GradSync::Megatron;
   j["distributed_optimizer"] = p.optimizer.distributed;
+  if (p.optimizer.fsdp) j["fsdp"] = true;
   j["overlap_grad_reduce"] = p.optimizer.overlap_grad_reduce;
   j["overlap_param_gather"] = p.optimizer.overlap_param_gather;
   j["bucket_elements"] = p.optimizer.bucket_elements;
@@ -54,6 +55,7 @@ PlanInput layout_input(const Case& c) {
   p.etp = c.value("etp", 1);
   if (c.value("megatron_sync", false)) p.optimizer.sync = schedule::GradSync::Megatron;
   p.optimizer.distributed = c.value("distributed_optimizer", false);
+  p.optimizer.fsdp = c.value("fsdp", false);
   p.optimizer.overlap_grad_reduce = c.value("overlap_grad_reduce", false);
   p.optimizer.overlap_param_gather = c.value("overlap_param_gather", false);
   p.optimizer.bucket_elements = c.value("bucket_elements", 0.0);
@@ -302,7 +304,7 @@ void check_layout_bytes(const Case& c) {
       const double group = replicated ? cfg.tp : expert ? edp_group : dp_group;
       const double elements = n.mem_bytes / (megatron ? 4.0 : d.bytes_per_element);
       (replicated ? s.replicated : expert ? s.expert : s.dense) += elements;
-      const bool scatter = megatron && opt.distributed && !replicated;
+      const bool scatter = megatron && (opt.distributed || opt.fsdp) && !replicated;
       per_peer((scatter ? 1.0 : 2.0) * n.mem_bytes / group, static_cast<std::size_t>(group) - 1,
                scatter ? "a reduce-scatter over its group" : "an all-reduce over its group");
     } else if (n.slot == Slot::ParamGather) {
@@ -371,16 +373,20 @@ void check_layout_bytes(const Case& c) {
     auto expect_eq = [&](double g, double w, const std::string& what) {
       if (!near(g, w)) fail(who + what + " " + num(g) + " elements, the parameter count gives " + num(w));
     };
-    // A group of one rank has nothing to reduce or gather.
-    expect_eq(got.dense, dp_group > 1 ? want.dense : 0.0, "reduces dense gradients of");
-    expect_eq(got.expert, edp_group > 1 ? want.expert : 0.0, "reduces expert gradients of");
+    // A group of one rank has nothing to reduce or gather. Megatron-FSDP reduces every unit once
+    // per microbatch and gathers it twice (forward, backward); the others once per step.
+    const bool fsdp = megatron && opt.fsdp;
+    const double reduces = fsdp ? cfg.microbatches : 1.0, gathers = fsdp ? 2.0 * cfg.microbatches : 1.0;
+    expect_eq(got.dense, dp_group > 1 ? reduces * want.dense : 0.0, "reduces dense gradients of");
+    expect_eq(got.expert, edp_group > 1 ? reduces * want.expert : 0.0, "reduces expert gradients of");
     expect_eq(got.replicated, cfg.tp > 1 ? want.replicated : 0.0, "sums replicated gradients over TP of");
-    if (megatron && opt.distributed) {
-      expect_eq(got.gather_dense, dp_group > 1 ? want.dense : 0.0, "gathers dense parameters of");
-      expect_eq(got.gather_expert, edp_group > 1 ? want.expert : 0.0, "gathers expert parameters of");
+    if (megatron && (opt.distributed || fsdp)) {
+      expect_eq(got.gather_dense, dp_group > 1 ? gathers * want.dense : 0.0, "gathers dense parameters of");
+      expect_eq(got.gather_expert, edp_group > 1 ? gathers * want.expert : 0.0, "gathers expert parameters of");
     }
     if (megatron) {
-      const double shard_dense = opt.distributed ? dp_group : 1.0, shard_expert = opt.distributed ? edp_group : 1.0;
+      const bool sharded = opt.distributed || fsdp;
+      const double shard_dense = sharded ? dp_group : 1.0, shard_expert = sharded ? edp_group : 1.0;
       expect_eq(got.step_flops / 12.0, want.dense / shard_dense + want.expert / shard_expert,
                 "updates (optimizer step FLOPs / 12)");
     }

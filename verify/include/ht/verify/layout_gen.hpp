@@ -1,6 +1,7 @@
 // rapidcheck generators of Megatron layouts on top of a plan case (plan_gen.hpp): tensor and
 // context parallelism (tp 1, 2 or 4, cp 1 or 2), expert tensor parallelism,
-// Megatron's gradient sync with or without the distributed optimizer and its overlaps, and
+// Megatron's gradient sync with or without the distributed optimizer and its overlaps, or
+// Megatron-FSDP (without delayed weight gradients), and
 // recomputation within Megatron's rules (full and `moe` only without the EP overlap).
 #pragma once
 
@@ -32,6 +33,11 @@ inline rc::Gen<PlanCase> layout_case() {
       p.optimizer.overlap_param_gather =
           p.optimizer.distributed && p.optimizer.overlap_grad_reduce && *rc::gen::arbitrary<bool>();
       p.optimizer.bucket_elements = *rc::gen::element(0.0, 5000.0, 20000.0);
+      // Megatron-FSDP a third of the time (not with delayed weight gradients, as the builder says).
+      if (!c.options.delay_wgrad && *rc::gen::inRange(0, 3) == 0) {
+        p.optimizer.fsdp = true;
+        p.optimizer.distributed = p.optimizer.overlap_grad_reduce = p.optimizer.overlap_param_gather = false;
+      }
     }
     const int recompute = *rc::gen::inRange(0, 4);
     if (recompute == 1 && !c.options.overlap) {

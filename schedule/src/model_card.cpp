@@ -64,7 +64,12 @@ std::vector<std::string> model_card_names() {
 bool is_model_card(std::string_view text) {
   try {
     const auto j = detail::parse_json(text, "model file", ErrorCode::BadModel);
-    return j.is_object() && j.contains("pattern") && (j.contains("dims") || j.contains("extends"));
+    // Any of a card's own fields makes it a card (and a card lacking "pattern" or "dims" is told
+    // so), not bare dimensions refused for their first unknown field.
+    if (!j.is_object()) return false;
+    for (const char* k : {"pattern", "dims", "extends", "name", "description", "source", "published", "training", "notes"})
+      if (j.contains(k)) return true;
+    return false;
   } catch (const ScheduleError&) {
     return false;
   }
@@ -119,6 +124,21 @@ ModelCard parse_model_card(std::string_view text, const std::string& where) {
   } else if (card.extends.empty()) {
     bad(where + ": the card lacks \"dims\"");
   }
+  // Nested objects name their fields too: an unknown one is a typo, never ignored.
+  auto known_fields = [&](const char* object, std::initializer_list<const char*> names) {
+    if (!j.contains(object) || !j[object].is_object()) return;
+    for (const auto& item : j[object].items()) {
+      bool ok = false;
+      std::string list;
+      for (const char* n : names) ok = ok || item.key() == n, list += (list.empty() ? "" : ", ") + std::string(n);
+      if (!ok)
+        bad(where + ": unknown field \"" + std::string(object) + "." + item.key().substr(0, 40) + "\" (known: " + list +
+            ")");
+    }
+  };
+  known_fields("training", {"seq_len", "source", "note"});
+  known_fields("published", {"total_params", "active_params", "includes_mtp", "active_includes_embeddings",
+                             "active_rounding", "source", "note"});
   if (j.contains("published")) {
     const auto& p = j["published"];
     if (!p.is_object()) bad(where + ": \"published\" must be an object");

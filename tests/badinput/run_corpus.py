@@ -423,6 +423,13 @@ CASES = [
     ("output-empty-path", 10, 2, ["plan", "--pattern", "M*E", "-o", ""], "an empty path", None, None),
     ("platform-absurd-peak", 10, 2, ["simulate", "--pattern", "M*E", "--platform", "dgx-h100:peak_tflops=1e-30"],
      "is outside [0.1, 1e+06] TFLOP/s", None, None),
+    # issue 29: model cards (and every JSON input) say each thing once and only what they know
+    ("card-duplicate-key", 10, 2, ["simulate", "--model", "c.json"], 'gives the key "hidden" twice',
+     files(**{"c.json": '{"name": "x", "pattern": "M*E", "dims": {"hidden": 4096, "hidden": 8}}'}), None),
+    ("card-nested-unknown-field", 10, 2, ["simulate", "--model", "c.json"], 'unknown field "published.total_parms"',
+     files(**{"c.json": '{"pattern": "M*E", "dims": {"hidden": 64}, "published": {"total_parms": 5}}'}), None),
+    ("card-without-pattern", 10, 2, ["simulate", "--model", "c.json"], 'the card lacks "pattern"',
+     files(**{"c.json": '{"name": "x", "dims": {"hidden": 64}}'}), None),
     # issue 29: merge reads one schema and one run's results
     ("merge-different-runs", 10, 2, ["merge", "a.json", "b.json"], "results of different runs",
      files(**{"a.json": json.dumps(RESULT), "b.json": json.dumps(dict(RESULT, layout=dict(RESULT["layout"], gbs=64)))}),

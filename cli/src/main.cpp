@@ -15,6 +15,7 @@
 #include <iostream>
 #include <map>
 #include <new>
+#include <sstream>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -44,6 +45,26 @@ std::string dash_pattern_hint(int argc, char** argv) {
              "'-' (hybrid-twin " + std::string(argv[1]) + " -- '" + arg + "'), or write --pattern='" + arg + "'";
   }
   return "";
+}
+
+// An error message as one line a terminal shows as text: control bytes (newlines, escape
+// sequences) written as \xNN, and at most 2000 bytes of it (a 100 KB argument is not echoed).
+std::string printable(std::string_view text) {
+  constexpr std::size_t kCap = 2000;
+  std::string out;
+  for (std::size_t i = 0; i < text.size() && i < kCap; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7f) {
+      static const char* hex = "0123456789abcdef";
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (text.size() > kCap) out += "... (" + std::to_string(text.size() - kCap) + " more bytes)";
+  return out;
 }
 
 }  // namespace
@@ -115,7 +136,7 @@ int main(int argc, char** argv) {
       return false;
     });
   } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    std::cerr << "error: " << ht::cli::printable(e.what()) << "\n";
     return 2;
   }
   try {
@@ -123,9 +144,9 @@ int main(int argc, char** argv) {
     app.parse(reversed);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
-    std::cerr << "error: " << e.what() << "\n";
+    std::cerr << "error: " << ht::cli::printable(e.what()) << "\n";
     if (const std::string hint = ht::cli::dash_pattern_hint(argc, argv); !hint.empty())
-      std::cerr << "note: " << hint << "\n";
+      std::cerr << "note: " << ht::cli::printable(hint) << "\n";
     std::cerr << "run 'hybrid-twin --help' or 'hybrid-twin <command> --help' for usage\n";
     return 2;
   }
@@ -135,10 +156,12 @@ int main(int argc, char** argv) {
       if (sub->parsed()) return action();
     return 2;
   } catch (const ht::patterns::PatternError& e) {
-    std::cerr << "error: " << e.what() << "\n" << e.caret_line();
+    std::cerr << "error: " << ht::cli::printable(e.what()) << "\n";
+    std::istringstream caret(e.caret_line());  // the pattern and its caret, each line made printable
+    for (std::string line; std::getline(caret, line);) std::cerr << ht::cli::printable(line) << "\n";
     return 2;
   } catch (const ht::io::IoError& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    std::cerr << "error: " << ht::cli::printable(e.what()) << "\n";
     if (e.code() == ht::io::IoErrorCode::Interrupted && ht::io::interrupt_signal() != 0)
       return 128 + ht::io::interrupt_signal();
     return 2;
@@ -147,7 +170,7 @@ int main(int argc, char** argv) {
                  "(reduce the sizes it gives, or raise the memory limit)\n";
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    std::cerr << "error: " << ht::cli::printable(e.what()) << "\n";
     return 2;
   }
 }

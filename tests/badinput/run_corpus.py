@@ -423,6 +423,11 @@ CASES = [
     ("output-empty-path", 10, 2, ["plan", "--pattern", "M*E", "-o", ""], "an empty path", None, None),
     ("platform-absurd-peak", 10, 2, ["simulate", "--pattern", "M*E", "--platform", "dgx-h100:peak_tflops=1e-30"],
      "is outside [0.1, 1e+06] TFLOP/s", None, None),
+    # issue 29: messages are one line of text: no terminal escapes, no 100 KB echo
+    ("message-escape-sequence-not-echoed", 10, 2, ["pattern", "M*\x1b[31mE"], "\\x1b[31m",
+     None, lambda d, out, err: "\x1b" not in err),
+    ("message-huge-argument-capped", 10, 2, ["simulate", "--model", "a" * 100000], "more bytes)",
+     None, lambda d, out, err: len(err) < 4000),
     # issue 29: model cards (and every JSON input) say each thing once and only what they know
     ("card-duplicate-key", 10, 2, ["simulate", "--model", "c.json"], 'gives the key "hidden" twice',
      files(**{"c.json": '{"name": "x", "pattern": "M*E", "dims": {"hidden": 4096, "hidden": 8}}'}), None),

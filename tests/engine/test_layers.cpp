@@ -5,8 +5,11 @@
 #include <catch2/catch.hpp>
 #include <rapidcheck/catch.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <iostream>
+#include <vector>
 
 #include "fd.hpp"
 #include "ht/engine/layers/attention.hpp"
@@ -136,6 +139,21 @@ double moe_case(int n, int c, int e, int k, bool shared, std::uint64_t seed) {
   MoeParams<double>::visit(g, [](const std::string&, TD& t) { t.zero(); });
   TD x = random_tensor<double>({1, n, c}, rng), probe = random_tensor<double>({1, n, c}, rng);
   TD dx = zeros_like(x);
+  // Top-k selection is not differentiable where the k-th and (k+1)-th logits of a token tie: a
+  // finite-difference step that flips the selection measures a jump, not a slope. Such inputs
+  // (seed 3737084597074937204 drew one: 2 experts, top-1, a gap below the step's effect) are
+  // outside the property; -1 tells the caller to discard the case.
+  if (k < e) {
+    TD out;
+    MoeCache<double> cache;
+    moe_forward(cfg, p, x, out, cache, scale);
+    for (int t = 0; t < n; ++t) {
+      std::vector<double> row;
+      for (int j = 0; j < e; ++j) row.push_back(cache.routing.logits[static_cast<std::size_t>(t * e + j)]);
+      std::sort(row.begin(), row.end(), std::greater<>());
+      if (row[static_cast<std::size_t>(k - 1)] - row[static_cast<std::size_t>(k)] < 1e-3) return -1;
+    }
+  }
   auto fwd = [&] {
     TD out;
     MoeCache<double> cache;
@@ -193,7 +211,9 @@ TEST_CASE("moe backward matches finite differences (router, experts, shared, aux
     const int e = *rc::gen::inRange(1, 5);
     const int k = *rc::gen::inRange(1, e + 1);
     const int n = *rc::gen::inRange(1, 6), c = *rc::gen::inRange(1, 5);
-    RC_ASSERT(moe_case(n, c, e, k, *rc::gen::arbitrary<bool>(), *rc::gen::inRange(0, 1 << 30)) < kTol);
+    const double err = moe_case(n, c, e, k, *rc::gen::arbitrary<bool>(), *rc::gen::inRange(0, 1 << 30));
+    RC_PRE(err >= 0);  // a near-tie of routing logits: finite differences do not apply
+    RC_ASSERT(err < kTol);
   });
 }
 

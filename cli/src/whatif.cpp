@@ -17,6 +17,7 @@
 
 #include "ht/patterns/pattern.hpp"
 #include "ht/schedule/flops.hpp"
+#include "ht/schedule/plan_size.hpp"
 
 namespace ht::cli {
 
@@ -36,6 +37,20 @@ Run simulate(const Setup& s, const sim::ReplayOptions& replay_options, bool keep
   Run run;
   const auto parsed = ht::patterns::parse(s.pattern);
   run.options = build_options(s);
+  if (!quiet) {
+    // A plan this large takes minutes to build and replay: say so before the first of them
+    // (a 2048-GPU --no-fold run was silent for over ten minutes).
+    const double built = static_cast<double>(hs::built_ranks(s.parallel, run.options).size());
+    const hs::PlanSize size = hs::estimate_plan_size(parsed, s.parallel, built);
+    if (size.nodes > 1e6 || size.transfers > 1e7) {
+      char text[320];
+      std::snprintf(text, sizeof text,
+                    "simulate: about %.2g nodes and %.2g transfers on %.0f simulated ranks; this can take minutes%s\n",
+                    size.nodes, size.transfers, built,
+                    built < s.parallel.global_ranks() ? "" : " (without --no-fold, ranks doing the same work are simulated once)");
+      std::fputs(text, stderr);
+    }
+  }
   run.plan = hs::build_plan(parsed, s.dims, s.parallel, run.options);
   run.layout = s.parallel;
   run.model = s.model;
@@ -57,11 +72,11 @@ Run simulate(const Setup& s, const sim::ReplayOptions& replay_options, bool keep
     o.progress = [line, start = std::chrono::steady_clock::now()](double f) {
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       char text[96];
-      if (f > 0)
+      if (f >= 0.01)  // below 1 % an extrapolation says nothing yet
         std::snprintf(text, sizeof text, "simulating %3.0f %%, %.0f s, about %.0f s left", 100 * f, elapsed,
                       elapsed * (1 - f) / f);
       else
-        std::snprintf(text, sizeof text, "simulating   0 %%");
+        std::snprintf(text, sizeof text, "simulating %3.1f %%, %.0f s", 100 * f, elapsed);
       line->draw(text, elapsed);
     };
   const auto t0 = std::chrono::steady_clock::now();

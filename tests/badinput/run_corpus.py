@@ -423,6 +423,13 @@ CASES = [
     ("output-empty-path", 10, 2, ["plan", "--pattern", "M*E", "-o", ""], "an empty path", None, None),
     ("platform-absurd-peak", 10, 2, ["simulate", "--pattern", "M*E", "--platform", "dgx-h100:peak_tflops=1e-30"],
      "is outside [0.1, 1e+06] TFLOP/s", None, None),
+    # issue 28: the new readers (Megatron arguments, Hugging Face configs) refuse by name
+    ("megatron-args-unexpanded-variable", 10, 2, ["simulate", "--megatron-args", "a.sh", "--model", "qwen3-30b-a3b"],
+     "unexpanded shell variable", files(**{"a.sh": "--bf16 --tensor-model-parallel-size ${TP} --sequence-parallel"}), None),
+    ("megatron-args-not-a-file", 10, 2, ["simulate", "--megatron-args", "."], "not a regular file", None, None),
+    ("models-import-unknown-family", 10, 2, ["models", "import", "c.json", "-o", "card.json"], "model_type 'gpt_oss'",
+     files(**{"c.json": '{"model_type": "gpt_oss", "hidden_size": 8}'}),
+     lambda d, out, err: not os.path.exists(os.path.join(d, "card.json"))),
     # issue 29: messages are one line of text: no terminal escapes, no 100 KB echo
     ("message-escape-sequence-not-echoed", 10, 2, ["pattern", "M*\x1b[31mE"], "\\x1b[31m",
      None, lambda d, out, err: "\x1b" not in err),

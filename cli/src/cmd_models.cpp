@@ -165,7 +165,7 @@ const Registration reg{{
       sub.add_flag("--json", a->json_out, "print JSON");
       CLI::App* import = sub.add_subcommand(
           "import", "a Hugging Face config.json as a model card (families: llama, mistral, qwen2, qwen3, qwen3_moe, "
-                    "mixtral, deepseek_v3, qwen3_next, nemotron_h)");
+                    "mixtral, deepseek_v3, qwen3_next, nemotron_h, jamba)");
       import->add_option("CONFIG", a->config, "the model's config.json")->required();
       import->add_option("-o,--output", a->output, "write the card here (atomically) instead of stdout")
           ->check(kOutputPath);

@@ -231,9 +231,8 @@ void nemotron_h(Reader& r, ModelCard& c) {
   auto& d = c.dims;
   d.gated_ffn = 0;  // squared-ReLU MLP
   d.head_dim = checked_int(r.integer_or("head_dim", r.integer_or("attention_head_dim", d.hidden / d.num_heads)));
-  required(r, d, {{"intermediate_size", &ModelDims::ffn_hidden}, {"mamba_num_heads", &ModelDims::mamba_num_heads},
-                  {"mamba_head_dim", &ModelDims::mamba_head_dim}, {"ssm_state_size", &ModelDims::mamba_state},
-                  {"n_groups", &ModelDims::mamba_groups}});
+  required(r, d, {{"mamba_num_heads", &ModelDims::mamba_num_heads}, {"mamba_head_dim", &ModelDims::mamba_head_dim},
+                  {"ssm_state_size", &ModelDims::mamba_state}, {"n_groups", &ModelDims::mamba_groups}});
   d.conv_kernel = checked_int(r.integer_or("conv_kernel", 4));
   if (r.has("n_routed_experts")) {
     required(r, d, {{"n_routed_experts", &ModelDims::num_experts}, {"num_experts_per_tok", &ModelDims::top_k},
@@ -245,6 +244,46 @@ void nemotron_h(Reader& r, ModelCard& c) {
   if (n != static_cast<long long>(c.pattern.size()))
     bad("hybrid_override_pattern has " + std::to_string(c.pattern.size()) + " layers, num_hidden_layers says " +
         std::to_string(n));
+  // The dense MLP size prices only '-' layers (Nemotron 3 Nano's config repeats its expert size there).
+  if (c.pattern.find('-') != std::string::npos) d.ffn_hidden = checked_int(r.integer("intermediate_size"));
+}
+
+// Jamba: every decoder layer a mixer (attention every attn_layer_period-th layer from
+// attn_layer_offset, Mamba elsewhere) and an FFN (MoE every expert_layer_period-th layer from
+// expert_layer_offset, dense elsewhere). Its Mamba-1 mixer is written on the Mamba-2 fields as the
+// shipped card does: d_inner = mamba_expand x hidden as heads of 64, one B/C group, state
+// mamba_d_state, conv mamba_d_conv (the SSM state is exact; Mamba-1's dt_rank projections are not
+// represented, 0.2 % of Jamba v0.1's parameters).
+void jamba(Reader& r, ModelCard& c) {
+  common(r, c.dims);
+  auto& d = c.dims;
+  required(r, d, {{"num_experts", &ModelDims::num_experts}, {"num_experts_per_tok", &ModelDims::top_k},
+                  {"intermediate_size", &ModelDims::moe_ffn_hidden}, {"mamba_d_state", &ModelDims::mamba_state}});
+  d.conv_kernel = checked_int(r.integer_or("mamba_d_conv", 4));
+  constexpr long long kHeadDim = 64;
+  const long long inner = r.integer_or("mamba_expand", 2) * d.hidden;
+  if (inner <= 0 || inner % kHeadDim != 0)
+    bad("mamba_expand x hidden_size = " + std::to_string(inner) + " must be a positive multiple of " +
+        std::to_string(kHeadDim) + " (written as Mamba-2 heads of 64)");
+  d.mamba_head_dim = static_cast<int>(kHeadDim);
+  d.mamba_num_heads = checked_int(inner / kHeadDim);
+  d.mamba_groups = 1;
+  const int n = layer_count(r);
+  auto periodic = [&](const char* period_key, const char* offset_key, long long period0, long long offset0) {
+    const long long period = r.integer_or(period_key, period0), offset = r.integer_or(offset_key, offset0);
+    if (period < 1 || offset >= period)
+      bad(std::string("\"") + offset_key + "\" = " + std::to_string(offset) + " must be below \"" + period_key +
+          "\" = " + std::to_string(period) + " (>= 1)");
+    std::vector<bool> out(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) out[static_cast<std::size_t>(i)] = i % period == offset;
+    return out;
+  };
+  const std::vector<bool> attention = periodic("attn_layer_period", "attn_layer_offset", 8, 4);
+  const std::vector<bool> moe = periodic("expert_layer_period", "expert_layer_offset", 2, 1);
+  std::vector<char> mixers(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) mixers[static_cast<std::size_t>(i)] = attention[static_cast<std::size_t>(i)] ? '*' : 'M';
+  if (std::find(moe.begin(), moe.end(), false) != moe.end()) d.ffn_hidden = d.moe_ffn_hidden;
+  c.pattern = grouped(mixers, moe);
 }
 
 using Mapper = void (*)(Reader&, ModelCard&);
@@ -252,7 +291,7 @@ const std::map<std::string, Mapper>& mappers() {
   static const std::map<std::string, Mapper> table{
       {"llama", llama},        {"mistral", llama},         {"qwen2", llama},       {"qwen3", llama},
       {"qwen3_moe", qwen3_moe}, {"mixtral", mixtral},       {"deepseek_v3", deepseek_v3},
-      {"qwen3_next", qwen3_next}, {"nemotron_h", nemotron_h}};
+      {"qwen3_next", qwen3_next}, {"nemotron_h", nemotron_h}, {"jamba", jamba}};
   return table;
 }
 

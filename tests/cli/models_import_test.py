@@ -23,9 +23,15 @@ FIX = os.path.join(SRC, "tests", "cli", "hf-configs")
 
 cards = {"Qwen3-235B-A22B.json": "qwen3-235b-a22b", "Qwen3-30B-A3B.json": "qwen3-30b-a3b",
          "Mixtral-8x7B-v0.1.json": "mixtral-8x7b", "DeepSeek-V3.json": "deepseek-v3",
-         "Qwen3-Next-80B-A3B-Instruct.json": "qwen3-next-80b-a3b"}
+         "Qwen3-Next-80B-A3B-Instruct.json": "qwen3-next-80b-a3b",
+         "Nemotron-H-8B-Base-8K.json": "nemotron-h-8b",
+         "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json": "nemotron-3-nano",
+         # One bracket per Jamba decoder layer (mixer + FFN): the grouped card; its published
+         # counts are the flat card's (the same parameters).
+         "AI21-Jamba-1.5-Mini.json": ("jamba-v0.1-grouped", "jamba-v0.1")}
 with tempfile.TemporaryDirectory() as d:
     for config, name in cards.items():
+        name, published_by = name if isinstance(name, tuple) else (name, name)
         path = os.path.join(FIX, config)
         out = os.path.join(d, name + ".json")
         rc, _, err = run(["models", "import", path, "-o", out, "--name", name])
@@ -46,8 +52,9 @@ with tempfile.TemporaryDirectory() as d:
         check(abs(got["total_params"] - total) <= 0 and abs(got["active_params"] - (want["active_params"] - (
               want["active_params"] - got["active_params"] if mtp else 0))) <= 0,
               f"{config}: parameter count {got['total_params'] / 1e9:.2f}B equals the card's {total / 1e9:.2f}B")
-        if want.get("published", {}).get("total_params") and not mtp:
-            pub = want["published"]["total_params"]
+        published = json.loads(run(["models", published_by, "--json"])[1]).get("published", {})
+        if published.get("total_params") and not mtp:
+            pub = published["total_params"]
             check(abs(got["comparable_total_params"] - pub) / pub < 0.02,
                   f"{config}: within 2 % of the published total ({pub / 1e9:.2f}B)")
         used = [x for x in err.splitlines() if x.startswith("import: used ")]
@@ -76,6 +83,16 @@ with tempfile.TemporaryDirectory() as d:
     refused({k: v for k, v in q.items() if k != "num_experts"}, ['"num_experts" is missing'])
     refused(dict(q, hidden_size=-4), ['"hidden_size" = -4'])
     refused(dict(q, mlp_only_layers="none"), ['"mlp_only_layers" must be a list'])
+    jam = json.load(open(os.path.join(FIX, "AI21-Jamba-1.5-Mini.json")))
+    refused(dict(jam, attn_layer_offset=8), ['"attn_layer_offset" = 8 must be below "attn_layer_period" = 8'])
+    refused(dict(jam, mamba_expand=0), ["mamba_expand x hidden_size = 0"])
+    # Jamba's layer rule moved: attention every 4th layer from 1, MoE on every layer.
+    f = os.path.join(d, "jamba.json")
+    json.dump(dict(jam, num_hidden_layers=8, attn_layer_period=4, attn_layer_offset=1, expert_layer_period=1,
+                   expert_layer_offset=0), open(f, "w"))
+    rc, out, _ = run(["models", "import", f])
+    check(rc == 0 and json.loads(out)["pattern"] == "[ME][*E][ME][ME][ME][*E][ME][ME]",
+          "Jamba periods and offsets place the attention and MoE layers")
     # Dense layers named in mlp_only_layers become '-' layers with the dense FFN.
     f = os.path.join(d, "mixed.json")
     json.dump(dict(q, mlp_only_layers=[0, 1]), open(f, "w"))

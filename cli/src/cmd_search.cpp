@@ -251,12 +251,15 @@ nlohmann::json assess(const Setup& base, const SearchArgs& a, const Candidate& c
     // then state alone too large needs no plan to know.
     hs::check_schedule_config(parsed, s.dims, s.parallel, build_options(s));
     const double state = hs::state_memory(parsed, s.dims, s.parallel, s.options.precision);
-    if (state > s.platform.gpu.hbm_bytes) return {{"status", "memory"}, {"memory_gib", state / kGiB}};
+    // What the tensors may use: the HBM less the process's runtime overhead and the margin.
+    const double usable = s.platform.gpu.hbm_bytes - s.memory_margin -
+                          hs::runtime_overhead(parsed, s.dims, s.parallel, s.options.dispatcher).total();
+    if (state > usable) return {{"status", "memory"}, {"memory_gib", state / kGiB}};
     const int microbatches = s.parallel.microbatches;
     s.parallel.microbatches = hs::saturated_microbatches(s.parallel, s.options.overlap);
     const hs::Plan plan = hs::build_plan(parsed, s.dims, s.parallel, build_options(s));
     const hs::MemoryBreakdown m = hs::peak_memory(parsed, s.dims, s.parallel, plan, s.options.precision);
-    if (m.total() > s.platform.gpu.hbm_bytes)
+    if (m.total() > usable)
       return {{"status", "memory"}, {"memory_gib", m.total() / kGiB}};
     const double bound = stage_bound(s, plan, microbatches, s.parallel.microbatches);
     return {{"status", "ok"}, {"bound_s", bound}, {"memory_gib", m.total() / kGiB}};
@@ -382,7 +385,8 @@ std::string job_command(const SearchArgs& a, const Setup& base, const Candidate&
     << c.mbs << " --recompute " << shell_quote(c.recompute) << (c.overlap ? " --overlap" : " --no-overlap")
     << " --moe-dispatcher " << a.physics.dispatcher << " --routing " << a.physics.routing << " --precision "
     << a.physics.precision << " --moe-dispatch-dtype " << a.physics.dispatch_dtype
-    << (a.physics.tp_comm_overlap ? " --tp-comm-overlap" : "");
+    << (a.physics.tp_comm_overlap ? " --tp-comm-overlap" : "")
+    << (a.physics.memory_margin_gib > 0 ? " --memory-margin " + shell_quote(std::to_string(a.physics.memory_margin_gib)) : "");
   if (c.pp > 1 && a.split.first_stage_layers >= 0) o << " --first-stage-layers " << a.split.first_stage_layers;
   if (c.pp > 1 && a.split.last_stage_layers >= 0) o << " --last-stage-layers " << a.split.last_stage_layers;
   o << " --json > " << shell_quote(out);
@@ -417,6 +421,7 @@ int run_search(const SearchArgs& a) {
   if (base.pattern.empty()) throw UsageError("give a model card (--model NAME) or a pattern (--pattern)");
   base.dims = card.dims;
   base.platform = sim::parse_platform(a.platform);
+  base.memory_margin = a.physics.memory_margin_gib * kGiB;
   if (!a.emit_jobs.empty()) io::check_output_file(a.emit_jobs, "jobs file");
 
   const std::vector<Candidate> all = enumerate(a, base);
@@ -446,8 +451,9 @@ int run_search(const SearchArgs& a) {
   for (const auto& [_, n] : refused) n_refused += n;
   std::cerr << "search: " << n_refused << " refused by the layout rules, " << too_big
             << " do not fit in " << std::fixed << std::setprecision(1) << base.platform.gpu.hbm_bytes / kGiB
-            << " GiB of HBM";
-  if (too_big > 0) std::cerr << " (the smallest of them needs " << smallest_too_big << " GiB)";
+            << " GiB of HBM beside the runtime overhead";
+  if (base.memory_margin > 0) std::cerr << " and the " << base.memory_margin / kGiB << " GiB margin";
+  if (too_big > 0) std::cerr << " (the smallest of them needs " << smallest_too_big << " GiB for its tensors)";
   std::cerr << ", " << ok.size() << " remain\n";
   std::vector<std::pair<std::string, int>> reasons(refused.begin(), refused.end());
   std::sort(reasons.begin(), reasons.end(), [](const auto& x, const auto& y) { return x.second > y.second; });

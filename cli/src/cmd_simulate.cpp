@@ -107,10 +107,14 @@ void print_run(const Setup& s, const Run& r, const TrainBudget& budget) {
   std::cout << sim::describe(sim::sized_for(s.platform, r.plan.layout_ranks()))
             << "step time    " << ms(m.step_time_s) << "  (" << perf.str() << ")\n"
             << (budget.asked() ? "to train     " + budget.line(tokens_per_s(r), l.global_ranks()) + "\n" : "")
-            << "memory       " << gib(mem.total()) << " of " << gib(r.hbm_bytes) << (fits(r) ? " (fits)" : " (DOES NOT FIT)")
-            << " on rank " << mem.rank << ": weights " << gib(mem.weights) << ", gradients " << gib(mem.gradients)
-            << ", optimizer " << gib(mem.optimizer) << ", activations " << gib(mem.activations) << " ("
-            << mem.microbatches_in_flight << " microbatches in flight)\n"
+            << "memory       " << gib(mem.total()) << " + " << gib(r.overhead.total()) << " runtime"
+            << (r.memory_margin > 0 ? " + " + gib(r.memory_margin) + " margin" : "") << " of " << gib(r.hbm_bytes)
+            << (fits(r) ? " (fits)" : " (DOES NOT FIT)") << " on rank " << mem.rank << ": weights " << gib(mem.weights)
+            << ", gradients " << gib(mem.gradients) << ", optimizer " << gib(mem.optimizer) << ", activations "
+            << gib(mem.activations) << " (" << mem.microbatches_in_flight << " microbatches in flight)\n"
+            << "runtime      CUDA context " << gib(r.overhead.cuda_context) << ", NCCL " << gib(r.overhead.nccl) << " ("
+            << r.overhead.communicators << " communicators)"
+            << (r.overhead.dispatcher > 0 ? ", DeepEP buffers " + gib(r.overhead.dispatcher) : std::string()) << "\n"
             << "compute      " << ms(m.compute_busy_s) << " busy per GPU (busiest " << ms(m.max_compute_busy_s)
             << "), bubble " << pct(m.bubble_fraction) << "\n"
             << "all-to-all   " << ms(m.a2a_total_s) << " per GPU, exposed " << ms(m.a2a_exposed_s) << ", hidden "
@@ -405,6 +409,7 @@ int run(const SimulateArgs& a) {
   s.options = a.schedule.resolve(s.parallel, ht::patterns::parse(s.pattern).mtp_depths);
   s.platform = sim::parse_platform(a.platform);
   a.physics.apply(s.options);
+  s.memory_margin = a.physics.memory_margin_gib * kGiB;
   s.options.nvlink_domain = s.platform.gpus_per_node;
   if (s.options.precision == hs::Precision::Mxfp8 && !s.platform.gpu.mxfp8)
     throw UsageError("--precision mxfp8 needs a GPU with MXFP8 GEMMs (dgx-b200, gb200-nvl72); '" + s.platform.name +

@@ -2,6 +2,7 @@
 // static Registration; main() wires them into CLI11 and turns exceptions into one-line errors.
 #pragma once
 
+#include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
@@ -36,6 +37,7 @@ inline CLI::Validator number_above(double low, bool strict) {
         const std::string shown = in.size() > 40 ? in.substr(0, 40) + "..." : in;
         double v = 0;
         if (!CLI::detail::lexical_cast(in, v)) return "'" + shown + "' is not a number";
+        if (std::isinf(v)) return "Value " + shown + " must be a finite number " + bound;
         if (!(strict ? v > low : v >= low)) return "Value " + shown + " must be " + bound;
         return "";
       },

@@ -200,6 +200,7 @@ struct PhysicsFlags {
   std::string precision = "bf16";
   std::string dispatch_dtype = "bf16";
   bool tp_comm_overlap = false;
+  double memory_margin_gib = 0;  // --memory-margin: HBM kept free beyond the runtime overhead
 
   void apply(schedule::ScheduleOptions& o) const {
     o.dispatcher = *schedule::dispatcher_from_string(dispatcher);
@@ -237,6 +238,13 @@ inline void add_physics_flags(CLI::App& sub, PhysicsFlags& f) {
       ->group(group);
   sub.add_option("--precision", f.precision, "GEMM number format: bf16, fp8 (Hopper/Blackwell) or mxfp8 (Blackwell)")
       ->check(CLI::IsMember({"bf16", "fp8", "mxfp8"}))
+      ->capture_default_str()
+      ->group(group);
+  sub.add_option("--memory-margin", f.memory_margin_gib,
+                 "GiB of HBM to keep free on every GPU beyond the counted runtime overhead (CUDA context, NCCL "
+                 "and DeepEP buffers): allocator fragmentation, spikes; a layout fits when tensors + overhead + "
+                 "margin <= HBM")
+      ->check(kNonNegative)
       ->capture_default_str()
       ->group(group);
 }

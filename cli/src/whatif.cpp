@@ -60,6 +60,8 @@ Run simulate(const Setup& s, const sim::ReplayOptions& replay_options, bool keep
     run.platform = described;
   }
   run.memory = hs::peak_memory(parsed, s.dims, s.parallel, run.plan, s.options.precision);
+  run.overhead = hs::runtime_overhead(parsed, s.dims, s.parallel, s.options.dispatcher);
+  run.memory_margin = s.memory_margin;
   run.global_batch = double(s.parallel.dp) * s.parallel.microbatches * s.dims.micro_batch;
   run.model_flops = hs::model_flops_per_step(parsed, s.dims, run.global_batch);
   run.seq_len = s.dims.seq_len;
@@ -91,7 +93,7 @@ double tflops_per_gpu(const Run& r) {
   return r.model_flops / r.result.summary.step_time_s / r.result.summary.gpus / 1e12;
 }
 double mfu(const Run& r) { return tflops_per_gpu(r) * 1e12 / r.peak_flops; }
-bool fits(const Run& r) { return r.memory.total() <= r.hbm_bytes; }
+bool fits(const Run& r) { return r.memory.total() + r.overhead.total() + r.memory_margin <= r.hbm_bytes; }
 
 double parse_token_count(const std::string& text) {
   const std::string shown = text.size() > 40 ? text.substr(0, 40) + "..." : text;
@@ -201,7 +203,15 @@ nlohmann::json summary_json(const Run& r) {
             {"activations_gib", m.activations / kGiB},
             {"microbatches_in_flight", m.microbatches_in_flight},
             {"parameters", m.parameters},
-            {"hbm_gib", r.hbm_bytes / kGiB}}},
+            {"hbm_gib", r.hbm_bytes / kGiB},
+            {"runtime_gib", r.overhead.total() / kGiB},
+            {"runtime",
+             {{"cuda_context_gib", r.overhead.cuda_context / kGiB},
+              {"nccl_gib", r.overhead.nccl / kGiB},
+              {"nccl_communicators", r.overhead.communicators},
+              {"dispatcher_gib", r.overhead.dispatcher / kGiB}}},
+            {"margin_gib", r.memory_margin / kGiB},
+            {"free_gib", (r.hbm_bytes - r.memory.total() - r.overhead.total() - r.memory_margin) / kGiB}}},
           {"layout",
            {{"gpus", l.global_ranks()}, {"tp", l.tp}, {"cp", l.cp}, {"pp", l.pp}, {"vpp", l.model_chunks()},
             {"dp", l.dp}, {"ep", l.ep}, {"etp", l.etp}, {"edp", l.edp()}, {"microbatches", l.microbatches},

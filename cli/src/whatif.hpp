@@ -32,6 +32,7 @@ struct Setup {
   hs::ScheduleOptions options;
   sim::PlatformSpec platform;
   sim::CostModel costs;
+  double memory_margin = 0;  // bytes kept free on every GPU (--memory-margin)
 };
 
 struct Run {
@@ -40,6 +41,8 @@ struct Run {
   double wall_s = 0;
   hs::ParallelConfig layout;
   hs::MemoryBreakdown memory;
+  hs::RuntimeOverhead overhead;  // what the process holds beside its tensors
+  double memory_margin = 0;      // bytes kept free (--memory-margin)
   double model_flops = 0;   // per step, Megatron's accounting
   double global_batch = 0;  // sequences per step
   int seq_len = 0;

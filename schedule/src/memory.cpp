@@ -291,4 +291,69 @@ MemoryBreakdown peak_memory(const patterns::ParsedPattern& pattern, const ModelD
   return best;
 }
 
+// --- Runtime overhead ----------------------------------------------------------------------
+namespace {
+// The CUDA context with lazy module loading (CUDA >= 11.7, PyTorch's default): about 400 MB
+// (PyTorch maintainer, pytorch/pytorch issue 109888; 300-odd MB in issue 107667).
+constexpr double kCudaContextBytes = 400e6;
+// One NCCL communicator's buffers once it has run a collective: 688 MB for a group of more than
+// two GPUs, 544 MB for a pair (measured per process group with a 4 MB all-reduce on 4 NVLink
+// A100s, NVIDIA/nccl issue 964; the maintainers: memory grows with channels, a ring has two
+// connections whatever the scale, NVIDIA/nccl issues 864 and 986).
+constexpr double kNcclGroupBytes = 688e6;
+constexpr double kNcclPairBytes = 544e6;
+// An NCCL all-to-all connects every pair on every channel: 1.06 -> 4.34 GB after the first
+// all_to_all_single on 8 H100s (NVIDIA/nccl issue 1685, 32 channels per pair).
+constexpr double kNcclAllToAllBytes = 4.34e9 - 1.06e9;
+
+// DeepEP's buffer as Megatron sizes it (moe/fused_a2a.py get_buffer: the larger of the dispatch
+// and combine configs' size hints, hidden bytes = hidden x 2): DeepEP legacy Config
+// get_nvl_buffer_size_hint / get_rdma_buffer_size_hint with Buffer.num_sms = 20 (10 channels),
+// 8 NVLink peers, top-k and scale slots of 128, 8-byte source metadata and top-k indices, and
+// the per-EP-size receive chunks of deep_ep/buffers/legacy.py (dispatch configs: 256 tokens up
+// to EP 8, 288 up to 64, 480 for 96, 560 for 128, 720 beyond; RDMA 128).
+double deepep_buffer_bytes(int hidden, int ep) {
+  constexpr double kChannels = 10, kNvlPeers = 8, kTopk = 128, kScales = 128, kMeta = 8;
+  const double nvl_ranks = std::min<double>(ep, kNvlPeers);
+  const double rdma_ranks = std::max(1.0, ep / kNvlPeers);
+  const double nvl_tokens = ep <= 8 ? 256 : ep <= 64 ? 288 : ep <= 96 ? 480 : ep <= 128 ? 560 : 720;
+  const double hidden_bytes = 2.0 * hidden;
+  const double per_token = hidden_bytes + kMeta + kTopk * 8 + kTopk * 4 + kScales * 4;
+  double nvl = kChannels * nvl_ranks * (2 * rdma_ranks + 3) * 4 + kChannels * nvl_ranks * nvl_tokens * per_token;
+  double rdma = 0;
+  if (ep > kNvlPeers)
+    rdma = kChannels * rdma_ranks * (kNvlPeers * 2 + 2) * 2 * 4 + kChannels * rdma_ranks * 128 * (per_token + 16) * 2;
+  return nvl + rdma;
+}
+
+// NCCL buffers of a group of `size` ranks that runs collectives (0 for a group of one).
+double nccl_group(int size) { return size <= 1 ? 0 : size == 2 ? kNcclPairBytes : kNcclGroupBytes; }
+}  // namespace
+
+RuntimeOverhead runtime_overhead(const patterns::ParsedPattern& pattern, const ModelDims& dims,
+                                 const ParallelConfig& cfg, Dispatcher dispatcher) {
+  RuntimeOverhead o;
+  o.cuda_context = kCudaContextBytes;
+  auto add = [&](double bytes) {
+    if (bytes > 0) o.nccl += bytes, ++o.communicators;
+  };
+  const bool moe = pattern.flattened_symbols().find('E') != std::string::npos ||
+                   pattern.mtp.find('E') != std::string::npos;
+  add(nccl_group(cfg.tp));                  // TP/SP all-gathers and reduce-scatters
+  add(nccl_group(cfg.cp));                  // the CP ring / all-to-alls
+  add(nccl_group(cfg.dp * cfg.cp));         // dense gradients and parameters (dp-cp group)
+  add(cfg.pp > 1 ? kNcclPairBytes : 0);     // pipeline sends to the neighbouring stages
+  add(nccl_group(cfg.global_ranks()));      // the gradient norm (clipping) over every rank
+  if (moe) {
+    add(nccl_group(cfg.edp()));             // expert gradients and parameters
+    add(nccl_group(cfg.etp));               // expert tensor parallelism
+    if (cfg.ep > 1) {
+      if (dispatcher == Dispatcher::AllToAll) add(kNcclAllToAllBytes);
+      else if (dispatcher == Dispatcher::AllGather) add(nccl_group(cfg.ep * cfg.etp));
+      else if (dispatcher == Dispatcher::DeepEP) o.dispatcher = deepep_buffer_bytes(dims.hidden, cfg.ep);
+    }
+  }
+  return o;
+}
+
 }  // namespace ht::schedule

@@ -142,7 +142,7 @@ PlatformSpec preset(std::string_view name) {
     // Same Hopper die and NVLink 4 / NDR fabric; only the memory system differs (141 GB HBM3e).
     s.name = "dgx-h200";
     s.gpu.hbm_bytes_per_s = 4.8e12;
-    s.gpu.hbm_bytes = 141e9;
+    s.gpu.hbm_bytes = 143771.0 * (1 << 20);  // "141 GB": nvidia-smi's total on an H200 SXM
     s.gpu.fp8_gemm_efficiency = 0.734;  // MAMF: 1453.4 of 1979 TFLOP/s
     return s;
   }
@@ -166,7 +166,8 @@ PlatformSpec preset(std::string_view name) {
     s.gpu.peak_flops = rack ? 2500e12 : 2250e12;
     s.gpu.sms = rack ? 152 : 148;
     s.gpu.hbm_bytes_per_s = 8e12;
-    s.gpu.hbm_bytes = rack ? 186e9 : 180e9;
+    // B200 "180 GB": 183359 MiB in nvidia-smi; GB200 "186 GB": no driver figure found, the sheet's.
+    s.gpu.hbm_bytes = rack ? 186e9 : 183359.0 * (1 << 20);
     s.gpu.gemm_efficiency = rack ? 0.729 : 0.776;  // MAMF best-shape BF16: GB200 72.9 %, B200 77.6 %
     // FP8 dense peak twice BF16's (DGX B200 datasheet 4.5 PFLOPS; GB200 5 PFLOPS); best shape
     // 76.3 % on B200 (MAMF), GB200 scaled by its BF16 ratio (derived).
@@ -265,7 +266,7 @@ std::string describe(const PlatformSpec& s) {
     o << "  host_cores " << s.host_cores << ": all ranks' compute shares these CPU cores"
       << (s.comm_priority ? ", comm-stream work first" : ", comm-stream work shares equally") << "\n";
   o << "  peak_tflops " << s.gpu.peak_flops / 1e12 << " (" << s.gpu.sms << " SMs, best GEMM at "
-    << s.gpu.gemm_efficiency << " of peak), hbm " << s.gpu.hbm_bytes / 1e9 << " GB at " << s.gpu.hbm_bytes_per_s / 1e12
+    << s.gpu.gemm_efficiency << " of peak), hbm " << std::round(s.gpu.hbm_bytes / (1 << 30) * 100) / 100 << " GiB at " << s.gpu.hbm_bytes_per_s / 1e12
     << " TB/s x efficiency " << s.gpu.hbm_efficiency << "\n";
   return o.str();
 }

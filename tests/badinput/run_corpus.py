@@ -406,6 +406,12 @@ CASES = [
     # replaced or taken as "no output", platform magnitudes far outside any hardware
     ("simulate-mbs-zero", 10, 2, ["simulate", "--pattern", "M*E", "--mbs", "0"], "--mbs: Value 0 must be > 0", None, None),
     ("simulate-gbs-zero", 10, 2, ["simulate", "--pattern", "M*E", "--gbs", "0"], "--gbs: Value 0 must be > 0", None, None),
+    ("simulate-memory-margin-negative", 10, 2, ["simulate", "--pattern", "M*E", "--memory-margin", "-2"],
+     "--memory-margin: Value -2 must be >= 0", None, None),
+    ("simulate-memory-margin-infinite", 10, 2, ["simulate", "--pattern", "M*E", "--memory-margin", "inf"],
+     "must be a finite number", None, None),
+    ("search-gpu-hour-price-infinite", 10, 2, ["search", "--pattern", "M*E", "--gpus", "2", "--train-tokens", "1B",
+                                               "--gpu-hour-price", "1e999"], "must be a finite number", None, None),
     ("simulate-recompute-empty", 10, 2, ["simulate", "--pattern", "M*E", "--recompute", ""], "recompute is empty",
      None, None),
     ("simulate-recompute-full-in-list", 10, 2, ["simulate", "--pattern", "M*E", "--recompute", "layernorm,full"],

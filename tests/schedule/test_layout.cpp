@@ -563,3 +563,48 @@ TEST_CASE("plans with tp > 1 pass the structural and deadlock checks and the eng
   }
   CHECK(beyond_engines(plan).find("tensor parallelism (tp 2)") != std::string::npos);
 }
+
+// Issue 28 item 5: the runtime overhead counted against HBM, by a plain count of the stated
+// rules (one NCCL communicator per group of more than one rank that runs collectives: 688 MB,
+// a pair 544 MB; an NCCL all-to-all 3.28 GB; DeepEP's buffer from DeepEP's own size-hint
+// formula, written out term by term for EP 32 and hidden 4096; the CUDA context 400 MB).
+TEST_CASE("runtime overhead: CUDA context, one NCCL communicator per group used, DeepEP's sized buffer",
+          "[schedule][memory]") {
+  const auto moe = ht::patterns::parse("[*E][*E][*E][*E][*E][*E][*E][*E]");
+  ModelDims d;
+  d.hidden = 4096, d.num_experts = 128, d.top_k = 8;
+  ParallelConfig c;
+  c.tp = 2, c.pp = 8, c.dp = 16, c.ep = 32;  // 256 GPUs; edp = 32 / 32 = 1
+  // DeepEP, EP 32: 10 channels, 8 NVLink ranks, 4 RDMA ranks, 288 NVLink and 128 RDMA tokens;
+  // a token slot holds 8192 hidden bytes, 8 of metadata, 128 x 8 top-k ids, 128 x 4 weights and
+  // 128 x 4 scales (+ 16 on the RDMA side), both RDMA directions.
+  const double token = 8192 + 8 + 1024 + 512 + 512;
+  const double nvl = 10.0 * 8 * (2 * 4 + 3) * 4 + 10.0 * 8 * 288 * token;
+  const double rdma = 10.0 * 4 * (8 * 2 + 2) * 2 * 4 + 10.0 * 4 * 128 * (token + 16) * 2;
+  RuntimeOverhead o = runtime_overhead(moe, d, c, Dispatcher::DeepEP);
+  CHECK(o.cuda_context == 400e6);
+  // tp pair, dp 16, pipeline pair, the gradient norm over all 256.
+  CHECK(o.communicators == 4);
+  CHECK(o.nccl == Approx(544e6 + 688e6 + 544e6 + 688e6).epsilon(1e-12));
+  CHECK(o.dispatcher == Approx(nvl + rdma).epsilon(1e-12));
+  CHECK(o.total() == Approx(400e6 + 2464e6 + nvl + rdma).epsilon(1e-12));
+
+  // The all-to-all dispatcher runs NCCL's all-to-all instead of DeepEP's buffer.
+  o = runtime_overhead(moe, d, c, Dispatcher::AllToAll);
+  CHECK(o.dispatcher == 0);
+  CHECK(o.communicators == 5);
+  CHECK(o.nccl == Approx(2464e6 + 3.28e9).epsilon(1e-12));
+
+  // Expert data parallelism and expert TP add their groups; a dense pattern has neither.
+  c.ep = 8, c.etp = 2;  // edp = 32 / 16 = 2
+  o = runtime_overhead(moe, d, c, Dispatcher::AllGather);
+  CHECK(o.communicators == 4 + 3);  // + edp pair, etp pair, the tp x ep all-gather group
+  CHECK(o.nccl == Approx(2464e6 + 544e6 + 544e6 + 688e6).epsilon(1e-12));
+  const auto dense = ht::patterns::parse("*-*-*-*-*-*-*-*-");
+  o = runtime_overhead(dense, d, c, Dispatcher::AllGather);
+  CHECK(o.communicators == 4);
+  ParallelConfig one;
+  o = runtime_overhead(dense, d, one, Dispatcher::AllToAll);
+  CHECK(o.communicators == 0);
+  CHECK(o.total() == 400e6);
+}

@@ -7,8 +7,9 @@
 // backward node, walking the rank's own issue order; so the warm-up depth of 1F1B, interleaving
 // and combined 1F1B's extra microbatch come from the actual plan. Recomputation keeps less
 // (full: the layer input; selective modules: section 6.2) and re-materialises a layer's working
-// set only while its backward runs. Not counted: CUDA context, NCCL buffers, allocator
-// fragmentation and temporary workspaces.
+// set only while its backward runs. What the process holds beside its tensors (CUDA context,
+// NCCL and dispatcher buffers) is runtime_overhead's; allocator fragmentation and temporary
+// workspaces are not counted.
 #pragma once
 
 #include "ht/patterns/pattern.hpp"
@@ -48,5 +49,20 @@ double state_memory(const patterns::ParsedPattern& pattern, const ModelDims& dim
 // beside the bf16 ones (physics.md 6): one byte more per parameter.
 MemoryBreakdown peak_memory(const patterns::ParsedPattern& pattern, const ModelDims& dims,
                             const ParallelConfig& config, const Plan& plan, Precision precision = Precision::Bf16);
+
+// What a Megatron training process holds on each GPU beside its tensors (docs/twin.md "Memory a
+// planner can trust"), every figure from a public measurement or the library's own sizing code:
+// the CUDA context, one set of NCCL buffers per communicator the step runs collectives or
+// sends on, and the DeepEP buffer a flex dispatcher allocates. The same for every rank of a
+// layout (the largest of its groups' figures).
+struct RuntimeOverhead {
+  double cuda_context = 0;  // bytes
+  double nccl = 0;          // bytes, every communicator counted
+  int communicators = 0;    // NCCL communicators counted
+  double dispatcher = 0;    // bytes: DeepEP's NVLink and RDMA buffers (0 for NCCL dispatchers)
+  double total() const { return cuda_context + nccl + dispatcher; }
+};
+RuntimeOverhead runtime_overhead(const patterns::ParsedPattern& pattern, const ModelDims& dims,
+                                 const ParallelConfig& config, Dispatcher dispatcher);
 
 }  // namespace ht::schedule

@@ -80,7 +80,11 @@ struct GpuSpec {
   double flops_efficiency = 0.6;     // roofline of nodes without kernel lists (version-1 plans)
   double hbm_bytes_per_s = 3.35e12;  // HBM bandwidth
   double hbm_efficiency = 0.8;       // achieved fraction of HBM bandwidth on streaming kernels
-  double hbm_bytes = 80e9;           // HBM capacity
+  // HBM capacity as the driver reports it (what CUDA and PyTorch can allocate from): an H100 SXM
+  // "80 GB" shows 81559 MiB in nvidia-smi (NVIDIA/nccl issue 1264; modal-labs/modal-client PR
+  // 2797), the H800 the same die and memory. The process's own overhead (CUDA context, NCCL and
+  // dispatcher buffers) is counted against it by schedule::runtime_overhead.
+  double hbm_bytes = 81559.0 * (1 << 20);
   int sms = 132;                     // streaming multiprocessors
   double gemm_efficiency = 0.803;    // best-shape cuBLAS BF16 rate / peak (MAMF: 794.5 of 989 on H100)
   // FP8 GEMMs (--precision fp8|mxfp8): dense FP8 peak and the best-shape fraction of it (MAMF's

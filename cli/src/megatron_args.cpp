@@ -449,8 +449,8 @@ class Translator {
       } else if (method && method != "uniform") {
         refuse("--recompute-method = '" + shown(*method) + "' (expected uniform or block)");
       } else if (n && *n > 1) {
-        refuse("--recompute-method uniform --recompute-num-layers " + std::to_string(*n) +
-               " (a checkpoint every N layers) is not modelled; the twin recomputes per layer (N = 1)");
+        emit("--recompute-method", "uniform");
+        emit("--recompute-num-layers", *n);
       }
     } else if (granularity == "selective") {
       std::string modules;

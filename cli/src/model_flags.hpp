@@ -97,9 +97,10 @@ struct LayoutFlags {
     if (recompute_method == "block") {
       if (recompute_num_layers < 0) throw UsageError("--recompute-method block needs --recompute-num-layers N");
       c.recompute.block_layers = recompute_num_layers;
+    } else if (recompute_num_layers == 0) {
+      throw UsageError("--recompute-method uniform needs --recompute-num-layers N >= 1 (layers per recomputed unit)");
     } else if (recompute_num_layers > 1) {
-      throw UsageError("--recompute-method uniform with --recompute-num-layers " + std::to_string(recompute_num_layers) +
-                       " (checkpoints every N layers) is not modelled; the twin recomputes uniformly per layer (N = 1)");
+      c.recompute.uniform_layers = recompute_num_layers;
     }
     if (grad_sync == "megatron") {
       c.optimizer.sync = schedule::GradSync::Megatron;
@@ -164,12 +165,13 @@ inline void add_layout_flags(CLI::App& sub, LayoutFlags& f) {
                  "mla_up_proj")
       ->capture_default_str()->group(train);
   sub.add_option("--recompute-method", f.recompute_method,
-                 "with --recompute full: uniform (every layer, the default) or block (the first "
-                 "--recompute-num-layers layers of each model chunk; the rest keep their activations)")
+                 "with --recompute full: uniform (units of --recompute-num-layers layers, default 1, each keeping "
+                 "only its input and rerun whole before its backward) or block (the first --recompute-num-layers "
+                 "layers of each model chunk; the rest keep their activations)")
       ->check(CLI::IsMember({"uniform", "block"}))
       ->group(train);
   sub.add_option("--recompute-num-layers", f.recompute_num_layers,
-                 "block: layers recomputed per model chunk; uniform: 1 (the twin's granularity)")
+                 "block: layers recomputed per model chunk; uniform: layers per recomputed unit (default 1)")
       ->check(kNonNegative)
       ->group(train);
   sub.add_option("--grad-sync", f.grad_sync,

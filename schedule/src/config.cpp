@@ -280,7 +280,10 @@ Recompute parse_recompute(std::string_view text) {
 }
 
 std::string to_string(const Recompute& r) {
-  if (r.full) return r.block_layers >= 0 ? "full (block " + std::to_string(r.block_layers) + ")" : "full";
+  if (r.full)
+    return r.block_layers >= 0    ? "full (block " + std::to_string(r.block_layers) + ")"
+           : r.uniform_layers > 1 ? "full (uniform " + std::to_string(r.uniform_layers) + ")"
+                                  : "full";
   std::string out;
   for (const RecomputeName& n : recompute_names())
     if (r.has(n.module)) out += (out.empty() ? "" : ",") + std::string(n.name);

@@ -136,6 +136,8 @@ namespace {
 // layers (kept, working), by the builder's split.
 struct StageContents {
   std::map<std::tuple<int, int, int, bool>, std::pair<double, double>> layer_bytes;  // (pp, vp, layer, mtp)
+  // Uniform recompute units of N > 1 layers: (pp, vp, layer) -> the unit's layers.
+  std::map<std::tuple<int, int, int>, std::vector<int>> unit_of;
   std::vector<double> dense, expert;
   std::vector<double> largest_unit;  // a rank's parameters of its largest layer, embedding or output
 };
@@ -149,12 +151,14 @@ StageContents stage_contents(const patterns::ParsedPattern& pattern, const Model
   expert.assign(static_cast<std::size_t>(cfg.pp), 0);
   sc.largest_unit.assign(static_cast<std::size_t>(cfg.pp), 0);
   const double vocab_params = double(d.vocab) * d.hidden / cfg.tp;
-  auto add_layer = [&](int pp, int vp, int index, bool mtp, const std::string& symbols, bool weights, bool full) {
+  auto add_layer = [&](int pp, int vp, int index, bool mtp, const std::string& symbols, bool weights, bool full,
+                       bool keeps_input = true) {
     double working = 0;
     ParallelConfig layer_cfg = cfg;  // the block method recomputes some layers of a chunk only
     layer_cfg.recompute.full = full;
     const double kept = layer_activation_bytes(symbols, mtp, d, layer_cfg, &working);
-    layer_bytes[{pp, vp, index, mtp}] = {kept, working};
+    // Inside a uniform unit only its first layer's input is kept.
+    layer_bytes[{pp, vp, index, mtp}] = {keeps_input ? kept : 0.0, working};
     if (!weights) return;
     const RankLayerParams p = rank_layer_params(symbols, mtp, d, cfg);
     dense[static_cast<std::size_t>(pp)] += p.dense;
@@ -164,9 +168,17 @@ StageContents stage_contents(const patterns::ParsedPattern& pattern, const Model
   };
   int last_pp = 0, last_vp = 0;
   for (const patterns::StageSlice& stage : split_stages(pattern, cfg)) {
-    for (std::size_t i = 0; i < stage.items.size(); ++i)
-      add_layer(stage.pp_rank, stage.vp_stage, stage.logical_offset + static_cast<int>(i), false, stage.items[i].symbols,
-                true, cfg.recompute.full_at(static_cast<int>(i), false));
+    const int unit = cfg.recompute.full && cfg.recompute.block_layers < 0 ? std::max(1, cfg.recompute.uniform_layers) : 1;
+    for (std::size_t i = 0; i < stage.items.size(); ++i) {
+      const int index = static_cast<int>(i);
+      add_layer(stage.pp_rank, stage.vp_stage, stage.logical_offset + index, false, stage.items[i].symbols, true,
+                cfg.recompute.full_at(index, false), index % unit == 0);
+      if (unit > 1) {
+        const int first = index / unit * unit, end = std::min<int>(first + unit, static_cast<int>(stage.items.size()));
+        auto& members = sc.unit_of[{stage.pp_rank, stage.vp_stage, stage.logical_offset + index}];
+        for (int m = first; m < end; ++m) members.push_back(stage.logical_offset + m);
+      }
+    }
     if (stage.vp_stage > last_vp || (stage.vp_stage == last_vp && stage.pp_rank >= last_pp))
       last_pp = stage.pp_rank, last_vp = stage.vp_stage;
   }
@@ -261,6 +273,15 @@ MemoryBreakdown peak_memory(const patterns::ParsedPattern& pattern, const ModelD
       } else if ((n.phase == Phase::Recompute || n.phase == Phase::Backward || n.phase == Phase::Weight) && st == 1) {
         st = 2;  // the backward (after any recompute) holds the layer's working set
         live += working - kept;
+        // A uniform unit's backward reruns the forward of all its layers at once.
+        if (const auto u = sc.unit_of.find({rp.pp_rank, n.vp_stage, n.layer}); u != sc.unit_of.end() && !n.mtp)
+          for (const int m : u->second) {
+            int& other = state[{n.microbatch, n.vp_stage, m, false}];
+            const auto mb = layer_bytes.find({rp.pp_rank, n.vp_stage, m, false});
+            if (other != 1 || mb == layer_bytes.end()) continue;
+            other = 2;
+            live += mb->second.second - mb->second.first;
+          }
       }
       if (live > peak) {
         peak = live;

@@ -183,8 +183,10 @@ with tempfile.TemporaryDirectory() as d:
     rc, out, err = run(["simulate", "--megatron-args", f, "--model", "qwen3-30b-a3b", "--gpus", "16", "--json"])
     check(rc == 0 and json.loads(out)["layout"]["fsdp"] is True, "--use-megatron-fsdp is the twin's --fsdp")
     refused(ok + "--use-megatron-fsdp --data-parallel-sharding-strategy no_shard", ["optim_grads_params"])
-    refused(ok + "--recompute-granularity full --recompute-method uniform --recompute-num-layers 2",
-            ["--recompute-num-layers 2", "not modelled"])
+    open(f, "w").write(ok + "--recompute-granularity full --recompute-method uniform --recompute-num-layers 2")
+    rc, out, err = run(["simulate", "--megatron-args", f, "--model", "qwen3-30b-a3b", "--gpus", "16", "--json"])
+    check(rc == 0 and json.loads(out)["layout"]["recompute"] == "full (uniform 2)",
+          f"--recompute-method uniform --recompute-num-layers 2 is Megatron's uniform method ({err.strip()[-150:]})")
     refused(ok + "--tensor-model-parallel-size ${TP}", ["--tensor-model-parallel-size", "unexpanded"])
     refused(ok + "--tensor-model-parallel-size 2", ["--sequence-parallel"])
     refused(ok + "--moe-expert-capacity-factor 1.0", ["--moe-expert-capacity-factor"])

@@ -608,3 +608,39 @@ TEST_CASE("runtime overhead: CUDA context, one NCCL communicator per group used,
   CHECK(o.communicators == 0);
   CHECK(o.total() == 400e6);
 }
+
+// Megatron's uniform method with --recompute-num-layers N: units of N consecutive layers of a
+// chunk keep only the unit's input and rerun the whole unit before its backward. By hand, one
+// microbatch, no pipeline, L = 16 layers of the same kind whose working set dwarfs the output's
+// (vocabulary 64): the peak sits at the last unit's backward, with the embedding, the other units'
+// inputs and the unit's N working sets live: peak(N) - peak(1) = (L/N - L) kept + (N - 1) working.
+TEST_CASE("uniform recompute of N layers: one input kept per unit, N working sets at its backward",
+          "[schedule][memory]") {
+  ModelDims d = tiny_model();
+  d.vocab = 64;
+  const std::string pattern = "[*-][*-][*-][*-][*-][*-][*-][*-][*-][*-][*-][*-][*-][*-][*-][*-]";
+  const auto parsed = ht::patterns::parse(pattern);
+  ParallelConfig c = grid(1, 1, 1, 1, 1, 1);
+  c.recompute.full = true;
+  double working = 0;
+  const double kept = layer_activation_bytes("*-", false, d, c, &working);
+  REQUIRE(working > 4 * kept);
+  auto peak = [&](int n) {
+    ParallelConfig u = c;
+    u.recompute.uniform_layers = n;
+    return peak_memory(parsed, d, u, make_plan(pattern, u, options(false, false), d), Precision::Bf16).activations;
+  };
+  const double one = peak(1);
+  for (const int n : {2, 4, 8, 16}) {
+    INFO("N = " << n);
+    CHECK(peak(n) - one == Approx((16.0 / n - 16) * kept + (n - 1) * working).epsilon(1e-9));
+  }
+  ParallelConfig u = c;
+  u.recompute.uniform_layers = 4;
+  CHECK(to_string(u.recompute) == "full (uniform 4)");
+  // The step's work is the same: every layer's forward reruns once whatever N.
+  int replays_1 = 0, replays_4 = 0;
+  for (const Node& n : make_plan(pattern, c, options(false, false), d).nodes) replays_1 += n.phase == Phase::Recompute;
+  for (const Node& n : make_plan(pattern, u, options(false, false), d).nodes) replays_4 += n.phase == Phase::Recompute;
+  CHECK(replays_1 == replays_4);
+}

@@ -130,6 +130,7 @@ const std::map<std::string, Rule>& case_fields() {
       {"fsdp", boolean()},
       {"recompute", text(256)},
       {"recompute_block_layers", integer(-1, 64)},
+      {"recompute_uniform_layers", integer(1, 64)},
       // engine runs (batch 1-2, seq 4-8, seeds 0-999) on a tiny model
       {"batch", integer(1, 8)},
       {"seq", integer(1, 64)},

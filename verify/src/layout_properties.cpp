@@ -42,8 +42,10 @@ Case layout_json(const gen::PlanCase& c, bool shared_expert) {
   j["bucket_elements"] = p.optimizer.bucket_elements;
   schedule::Recompute listed = p.recompute;
   listed.block_layers = -1;  // to_string's "full (block N)" is for people; the case keeps N apart
+  listed.uniform_layers = 1;
   j["recompute"] = schedule::to_string(listed);
   if (p.recompute.block_layers >= 0) j["recompute_block_layers"] = p.recompute.block_layers;
+  if (p.recompute.uniform_layers > 1) j["recompute_uniform_layers"] = p.recompute.uniform_layers;
   return j;
 }
 
@@ -61,6 +63,7 @@ PlanInput layout_input(const Case& c) {
   p.optimizer.bucket_elements = c.value("bucket_elements", 0.0);
   p.recompute = schedule::parse_recompute(c.value("recompute", std::string("none")));
   p.recompute.block_layers = c.value("recompute_block_layers", -1);
+  p.recompute.uniform_layers = c.value("recompute_uniform_layers", 1);
   return in;
 }
 

@@ -108,6 +108,11 @@ struct Recompute {
   // --recompute-method block --recompute-num-layers N: with `full`, only the first N decoder layers
   // of each model chunk recompute (Megatron's block method); -1 = every layer (uniform, N = 1).
   int block_layers = -1;
+  // --recompute-method uniform --recompute-num-layers N: with `full`, each model chunk's decoder
+  // layers form units of N consecutive layers; a unit keeps only its input and its backward reruns
+  // the whole unit's forward first, so its N layers' activations are live together (Megatron's
+  // uniform method; N = 1 is every layer on its own).
+  int uniform_layers = 1;
   bool any() const { return full || modules != 0; }
   bool has(RecomputeModule m) const { return (modules & m) != 0; }
   // Whether the decoder layer at `index` of its model chunk (MTP depths: mtp) recomputes fully.

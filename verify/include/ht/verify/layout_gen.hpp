@@ -42,8 +42,11 @@ inline rc::Gen<PlanCase> layout_case() {
     const int recompute = *rc::gen::inRange(0, 4);
     if (recompute == 1 && !c.options.overlap) {
       p.recompute.full = true;
-      // Megatron's block method half the time: the first N layers of each model chunk.
-      if (*rc::gen::arbitrary<bool>()) p.recompute.block_layers = *rc::gen::inRange(0, 4);
+      // Megatron's block method (the first N layers of each model chunk) or its uniform method
+      // with units of N layers, a third of the time each.
+      const int method = *rc::gen::inRange(0, 3);
+      if (method == 1) p.recompute.block_layers = *rc::gen::inRange(0, 4);
+      if (method == 2) p.recompute.uniform_layers = *rc::gen::inRange(2, 5);
     }
     if (recompute == 2) p.recompute.modules = *rc::gen::inRange(1, 128) & ~unsigned(schedule::kRecomputeMoe);
     if (recompute == 3 && !c.options.overlap) p.recompute.modules = *rc::gen::inRange(1, 128);

@@ -1,6 +1,7 @@
 // Symmetry folding (schedule/fold.hpp, the replay's folded mode) against the unfolded replay on
-// generated layouts of up to 64 GPUs: TP, CP, PP with interleaving, EP, DP, overlap, skewed
-// routing (where only data-parallel replicas fold), on fabrics of 2 to 8 GPUs per node. The
+// generated layouts of up to 64 GPUs: TP, CP, PP with interleaving, EP, ETP, DP, overlap, skewed
+// routing (where only data-parallel replicas fold), on fabrics of 2 to 8 GPUs per node; every
+// field of the summary. The
 // builder's folded plan equals fold_plan of the unfolded plan, and the predictions agree: to
 // SimGrid's rounding without a pipeline, within kPipelineBound with one (fold.hpp says why).
 #include <catch2/catch.hpp>
@@ -29,6 +30,8 @@ namespace {
 // traffic of folded senders, which a folded replay does not carry (fold.hpp); measured at most
 // 0.9 % of the step on the layouts here and on the 128-GPU production what-if.
 constexpr double kPipelineBound = 0.02;
+// Without a pipeline the two replays differ only by SimGrid's rounding.
+constexpr double kSolverBound = 1e-9;
 
 struct Layout {
   std::string pattern;
@@ -38,7 +41,7 @@ struct Layout {
   std::string describe() const {
     std::ostringstream o;
     o << pattern << " tp " << parallel.tp << " cp " << parallel.cp << " pp " << parallel.pp << " vpp " << parallel.vpp
-      << " ep " << parallel.ep << " dp " << parallel.dp << " mb " << parallel.microbatches << " overlap "
+      << " ep " << parallel.ep << " etp " << parallel.etp << " dp " << parallel.dp << " mb " << parallel.microbatches << " overlap "
       << options.overlap << " skew " << options.routing_skew << " gpus/node " << gpus_per_node;
     return o.str();
   }
@@ -56,16 +59,20 @@ rc::Gen<Layout> layouts() {
     p.pp = *rc::gen::element(1, 1, 2);
     const bool moe = l.pattern.find('E') != std::string::npos;
     p.ep = moe ? *rc::gen::element(1, 2, 4, 8) : 1;
-    // ep must divide tp x cp x dp.
+    p.etp = moe ? *rc::gen::element(1, 1, 2) : 1;
+    // ep x etp must divide tp x cp x dp.
     const int inner = p.tp * p.cp;
-    const int dp_unit = p.ep / std::gcd(p.ep, inner);
+    const int dp_unit = p.ep * p.etp / std::gcd(p.ep * p.etp, inner);
     p.dp = dp_unit * *rc::gen::inRange(1, 5);
     RC_PRE(p.tp * p.cp * p.dp * p.pp <= 64);
     RC_PRE(p.tp * p.cp * p.dp * p.pp > 1);
     l.options.overlap = moe && p.ep > 1 && *rc::gen::arbitrary<bool>();
     if (p.pp > 1 && (l.options.overlap || *rc::gen::arbitrary<bool>())) p.vpp = 1;
     p.microbatches = (p.pp > 1 ? p.pp : 1) * *rc::gen::inRange(1, 3);
-    l.options.routing_skew = moe && p.ep > 1 ? *rc::gen::element(0.0, 0.0, 1.2) : 0.0;
+    // Skewed routing with expert TP is left out: there the folded all-to-all total is up to 1e-4
+    // of the unfolded one apart (found on M[*E]-[ME], tp 2 ep 2 etp 2 dp 2, overlap; the step
+    // 3e-6), more than rounding and not yet explained (issue 30).
+    l.options.routing_skew = moe && p.ep > 1 && p.etp == 1 ? *rc::gen::element(0.0, 0.0, 1.2) : 0.0;
     l.gpus_per_node = *rc::gen::element(2, 4, 8);
     return l;
   });
@@ -126,7 +133,7 @@ TEST_CASE("a folded replay predicts what the unfolded replay does", "[sim][prope
     }
     const Summary f = replay(built, platform, costs, folded_options).summary;
     const Summary g = replay(whole, platform, costs, folded_options).summary;  // folded after the fact
-    const double bound = l.parallel.pp > 1 ? kPipelineBound : 1e-9;
+    const double bound = l.parallel.pp > 1 ? kPipelineBound : kSolverBound;
     RC_LOG() << l.describe() << ": step " << u.step_time_s << " vs " << f.step_time_s << ", a2a exposed "
              << u.a2a_exposed_s << " vs " << f.a2a_exposed_s << ", hidden " << u.a2a_hidden_fraction << " vs "
              << f.a2a_hidden_fraction << "\n";
@@ -134,9 +141,21 @@ TEST_CASE("a folded replay predicts what the unfolded replay does", "[sim][prope
     RC_ASSERT(relative(f.step_time_s, u.step_time_s) <= bound);
     RC_ASSERT(relative(f.a2a_total_s, u.a2a_total_s) <= bound);
     RC_ASSERT(std::abs(f.a2a_exposed_s - u.a2a_exposed_s) <= bound * u.step_time_s);
-    RC_ASSERT(std::abs(f.a2a_hidden_fraction - u.a2a_hidden_fraction) <= (l.parallel.pp > 1 ? 0.05 : 1e-6));
+    RC_ASSERT(std::abs(f.a2a_hidden_fraction - u.a2a_hidden_fraction) <= (l.parallel.pp > 1 ? 0.05 : kSolverBound));
     RC_ASSERT(relative(f.dp_comm_s, u.dp_comm_s) <= bound);
     RC_ASSERT(relative(g.step_time_s, u.step_time_s) <= bound);
+    // Every other field of the summary a user reads (issue 30 item 1): what a representative
+    // adds for the ranks it stands for, and the figures taken across ranks.
+    RC_ASSERT(relative(f.compute_busy_s, u.compute_busy_s) <= bound);
+    RC_ASSERT(relative(f.max_compute_busy_s, u.max_compute_busy_s) <= bound);
+    RC_ASSERT(relative(f.layer_compute_s, u.layer_compute_s) <= bound);
+    RC_ASSERT(relative(f.p2p_total_s, u.p2p_total_s) <= bound);
+    RC_ASSERT(relative(f.allreduce_s, u.allreduce_s) <= bound);
+    RC_ASSERT(relative(f.tp_comm_s, u.tp_comm_s) <= bound);
+    RC_ASSERT(relative(f.cp_comm_s, u.cp_comm_s) <= bound);
+    RC_ASSERT(std::abs(f.dp_exposed_s - u.dp_exposed_s) <= bound * u.step_time_s);
+    RC_ASSERT(relative(f.optimizer_s, u.optimizer_s) <= bound);
+    RC_ASSERT(std::abs(f.bubble_fraction - u.bubble_fraction) <= bound);
   });
 }
 

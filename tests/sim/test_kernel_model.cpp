@@ -3,8 +3,10 @@
 // runs, flash-attention efficiency; TP collectives on NVLink inside a node, the CP ring
 // overlapped with its attention core, the DDP reduce-scatter hidden behind the backward.
 #include <catch2/catch.hpp>
+#include <rapidcheck/catch.h>
 
 #include <cmath>
+#include <sstream>
 
 #include "ht/patterns/pattern.hpp"
 #include "ht/schedule/build.hpp"
@@ -265,4 +267,95 @@ TEST_CASE("Megatron's reduce-scatter overlapped with the backward hides behind i
   CHECK(late.summary.dp_exposed_s == Approx(late.summary.dp_comm_s).epsilon(1e-6));
   CHECK(overlapped.summary.dp_exposed_s < 0.3 * late.summary.dp_comm_s);
   CHECK(overlapped.summary.step_time_s < late.summary.step_time_s);
+}
+
+// Issue 30 item 2, the kernel model per phase on generated kernels of every kind: a node's time is
+// the sum of its kernels' times in every phase; delaying weight gradients moves exactly the
+// weight-gradient GEMMs from B to W and changes no other phase; and no kernel beats physics -- a
+// GEMM never runs faster than its 2 m n k FLOPs per group at the GPU's (FP8) peak in each pass
+// (forward, data gradient, weight gradient) nor than its bytes at the HBM's full bandwidth, and
+// neither do attention (2.5x its FLOPs backward), scans, elementwise kernels or permutations.
+namespace {
+struct KernelCase {
+  std::string platform;
+  Kernel kernel;
+};
+void showValue(const KernelCase& c, std::ostream& os) {
+  const Kernel& k = c.kernel;
+  os << c.platform << " " << ht::schedule::to_string(k.kind) << " m " << k.m << " n " << k.n << " k " << k.k
+     << " groups " << k.groups << " flops " << k.flops << " bytes " << k.bytes << " fp8 " << k.fp8 << " delayable "
+     << k.delayable;
+}
+rc::Gen<KernelCase> kernel_cases() {
+  return rc::gen::exec([] {
+    KernelCase c;
+    c.platform = *rc::gen::element<std::string>("dgx-h100", "dgx-h200", "dgx-b200", "gb200-nvl72", "dgx-h800");
+    Kernel& k = c.kernel;
+    k.kind = *rc::gen::element(KernelKind::Gemm, KernelKind::GroupedGemm, KernelKind::Attention, KernelKind::Scan,
+                               KernelKind::Elementwise, KernelKind::Permute);
+    auto size = [] { return std::pow(2.0, *rc::gen::inRange(0, 161) / 10.0); };  // 1 .. 65536
+    k.m = size(), k.n = size(), k.k = size();
+    k.groups = k.kind == KernelKind::GroupedGemm ? *rc::gen::inRange(1, 65) : 1;
+    const bool gemm = k.kind == KernelKind::Gemm || k.kind == KernelKind::GroupedGemm;
+    k.fp8 = gemm && *rc::gen::arbitrary<bool>();
+    k.delayable = *rc::gen::arbitrary<bool>();
+    const double natural = gemm ? 2 * (k.m * k.k + k.k * k.n + k.m * k.n) * k.groups : 2 * k.m * k.n;
+    k.bytes = natural * *rc::gen::element(0.0, 0.5, 1.0, 4.0);
+    // Permutations move rows and compute nothing.
+    k.flops = gemm                              ? 2 * k.m * k.n * k.k * k.groups
+              : k.kind == KernelKind::Permute ? 0
+                                              : 4 * k.m * k.n * k.k * *rc::gen::element(0.0, 1.0);
+    return c;
+  });
+}
+bool at_least(double t, double floor) { return t >= floor * (1 - 1e-12); }
+}  // namespace
+
+TEST_CASE("the kernel model per phase: additive, delay moves B to W, never faster than peak or HBM",
+          "[sim][kernels][property]") {
+  rc::prop("generated kernels of every kind on every preset", [] {
+    const KernelCase c = *kernel_cases();
+    const GpuSpec g = preset(c.platform).gpu;
+    const Kernel& k = c.kernel;
+    RC_TAG(std::string(ht::schedule::to_string(k.kind)));
+    // Additivity: a node of this kernel and two others is priced as the three apart.
+    Kernel other = k;
+    other.m = std::max(1.0, k.n / 2), other.bytes = k.bytes / 3 + 1;
+    const ht::schedule::Work work{{k, other, k}};
+    for (const Phase p : {Phase::Forward, Phase::Recompute, Phase::Backward, Phase::Weight})
+      for (const bool delay : {false, true}) {
+        const double parts =
+            2 * kernel_seconds(k, p, delay, g) + kernel_seconds(other, p, delay, g);
+        RC_ASSERT(std::abs(work_seconds(work, p, delay, g) - parts) <= 1e-12 * parts);
+      }
+    // Delaying weight gradients: B + W is the undelayed B; forward and recompute do not move.
+    const double b = kernel_seconds(k, Phase::Backward, false, g);
+    const double b_delayed = kernel_seconds(k, Phase::Backward, true, g);
+    const double w = kernel_seconds(k, Phase::Weight, true, g);
+    RC_ASSERT(std::abs(b - (b_delayed + w)) <= 1e-12 * b);
+    RC_ASSERT(kernel_seconds(k, Phase::Forward, true, g) == kernel_seconds(k, Phase::Forward, false, g));
+    RC_ASSERT(kernel_seconds(k, Phase::Recompute, false, g) == kernel_seconds(k, Phase::Forward, false, g));
+    const bool gemm = k.kind == KernelKind::Gemm || k.kind == KernelKind::GroupedGemm;
+    RC_ASSERT(w == 0 || (gemm && k.delayable));
+    if (!(gemm && k.delayable)) RC_ASSERT(b_delayed == b);
+    // Physics floors, from the spec sheet's peaks alone.
+    const double peak = k.fp8 ? g.fp8_peak_flops : g.peak_flops;
+    const double hbm = g.hbm_bytes_per_s;
+    const double fwd = kernel_seconds(k, Phase::Forward, false, g);
+    if (gemm) {
+      const double pass = 2 * k.m * k.n * k.k * k.groups / peak;
+      const double bytes = k.fp8 ? k.bytes / 2 : k.bytes;
+      RC_ASSERT(at_least(fwd, pass));
+      RC_ASSERT(at_least(fwd, bytes / hbm));
+      RC_ASSERT(at_least(b, 2 * pass));
+      RC_ASSERT(at_least(b_delayed, pass));
+      if (k.delayable) RC_ASSERT(at_least(w, pass));
+    } else {
+      const double factor = k.kind == KernelKind::Attention ? 2.5 : 2;
+      RC_ASSERT(at_least(fwd, k.flops / g.peak_flops));
+      RC_ASSERT(at_least(b, factor * k.flops / g.peak_flops));
+      RC_ASSERT(at_least(fwd, k.bytes / hbm));
+      RC_ASSERT(at_least(b, (k.kind == KernelKind::Permute ? 1 : 2) * k.bytes / hbm));
+    }
+  });
 }

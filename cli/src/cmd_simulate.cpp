@@ -27,6 +27,7 @@
 #include "ht/traces/svg.hpp"
 #include "model_flags.hpp"
 #include "megatron_args.hpp"
+#include "sweep_axis.hpp"
 #include "whatif.hpp"
 
 namespace ht::cli {
@@ -129,28 +130,6 @@ void print_run(const Setup& s, const Run& r, const TrainBudget& budget) {
   std::cout
             << "simulated    " << m.activities << " activities (" << m.flows << " flows, " << r.result.a2a_model
             << " all-to-all) on " << m.gpus << " GPUs in " << std::setprecision(3) << r.wall_s << " s\n";
-}
-
-// One sweep axis: "key=v1,v2,...".
-struct Axis {
-  std::string key;
-  std::vector<std::string> values;
-};
-
-Axis parse_axis(const std::string& text) {
-  const auto eq = text.find('=');
-  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
-    throw UsageError("--sweep expects KEY=V1,V2,..., got '" + text + "'");
-  Axis a{text.substr(0, eq), {}};
-  const std::string values = text.substr(eq + 1);
-  const std::string shown = values.size() > 60 ? values.substr(0, 60) + "..." : values;
-  for (std::size_t begin = 0; begin <= values.size();) {
-    const std::size_t comma = std::min(values.find(',', begin), values.size());
-    if (comma == begin) throw UsageError("--sweep " + a.key + " has an empty value in '" + shown + "'");
-    a.values.push_back(values.substr(begin, comma - begin));
-    begin = comma + 1;
-  }
-  return a;
 }
 
 int to_int(const std::string& key, const std::string& v) {

@@ -1,10 +1,12 @@
-// libFuzzer target for the readers that turn a model description into a card (issue 29 item 4):
-// model cards (`--model FILE.json`, schedule::parse_model_card), Hugging Face configs
-// (`--model config.json`, `models import`, schedule::import_hf_config) and Megatron-LM argument
-// files (`--megatron-args`, cli::translate_megatron_args). The first byte picks the reader; the
-// rest is the document. The contract: success or the reader's typed error (ScheduleError, the
+// libFuzzer target for the what-if readers (issue 29 item 4): model cards (`--model FILE.json`,
+// schedule::parse_model_card), Hugging Face configs (`--model config.json`, `models import`,
+// schedule::import_hf_config), Megatron-LM argument files (`--megatron-args`,
+// cli::translate_megatron_args), the results `merge` reads (cli::check_result and the identity
+// that says which compare) and `--sweep` axes (cli::parse_axis). The first byte picks the reader;
+// the rest is the document. The contract: success or the reader's typed error (ScheduleError, the
 // CLI's UsageError). An accepted card or import prints back, through the card format, to the
-// same pattern and dimensions; an import reports every field of the config, used or not.
+// same pattern and dimensions; an import reports every field of the config, used or not; an
+// accepted sweep axis joins back to its text.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -18,6 +20,8 @@
 #include "ht/schedule/hf_config.hpp"
 #include "ht/schedule/model_card.hpp"
 #include "megatron_args.hpp"
+#include "merge_schema.hpp"
+#include "sweep_axis.hpp"
 
 namespace {
 // The card format's round trip: what model_card_to_json writes parses back to the same card.
@@ -31,7 +35,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size == 0) return 0;
   const std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
   using ht::schedule::ScheduleError;
-  switch (data[0] % 3) {
+  switch (data[0] % 5) {
     case 0:
       ht::fuzz::expect_only<ScheduleError>("parse_model_card", [&] {
         round_trip(ht::schedule::parse_model_card(text, "fuzz"), "model cards print back to themselves");
@@ -45,9 +49,32 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         ht::fuzz::require(in.used.size() + in.not_used.size() == j.size(), "an import reports every field, used or not");
       });
       break;
-    default:
+    case 2:
       ht::fuzz::expect_only<ScheduleError, ht::cli::UsageError>(
           "translate_megatron_args", [&] { (void)ht::cli::translate_megatron_args(std::string(text), nullptr); });
+      break;
+    case 3: {
+      // merge parses with nlohmann (duplicate keys: the last wins), then checks the schema.
+      const auto r = nlohmann::json::parse(text, nullptr, false);
+      if (r.is_discarded()) break;
+      ht::fuzz::expect_only<ht::cli::UsageError>("check_result", [&] {
+        ht::cli::check_result("fuzz.json", r, true);
+        (void)ht::cli::run_identity(r);
+        (void)ht::cli::describe_identity(r);
+      });
+      break;
+    }
+    default:
+      ht::fuzz::expect_only<ht::cli::UsageError>("parse_axis", [&] {
+        const std::string given(text);
+        const ht::cli::Axis a = ht::cli::parse_axis(given);
+        std::string joined = a.key + "=";
+        for (std::size_t i = 0; i < a.values.size(); ++i) {
+          ht::fuzz::require(!a.values[i].empty(), "sweep values are never empty");
+          joined += (i ? "," : "") + a.values[i];
+        }
+        ht::fuzz::require(joined == given, "a sweep axis joins back to its text");
+      });
       break;
   }
   return 0;

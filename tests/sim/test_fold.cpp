@@ -32,6 +32,11 @@ namespace {
 constexpr double kPipelineBound = 0.02;
 // Without a pipeline the two replays differ only by SimGrid's rounding.
 constexpr double kSolverBound = 1e-9;
+// Under skewed routing the classes are EP ranks, and a representative's traffic with folded peers
+// of its own class (expert TP) meets the hot EP rank's all-to-all on its ports without the folded
+// peers' share (fold.hpp): at most 1.05e-4 of the all-to-all total and 6.3e-7 of the step over
+// 3000 generated layouts (2026-12-05).
+constexpr double kSkewedBound = 1e-3;
 
 struct Layout {
   std::string pattern;
@@ -69,10 +74,7 @@ rc::Gen<Layout> layouts() {
     l.options.overlap = moe && p.ep > 1 && *rc::gen::arbitrary<bool>();
     if (p.pp > 1 && (l.options.overlap || *rc::gen::arbitrary<bool>())) p.vpp = 1;
     p.microbatches = (p.pp > 1 ? p.pp : 1) * *rc::gen::inRange(1, 3);
-    // Skewed routing with expert TP is left out: there the folded all-to-all total is up to 1e-4
-    // of the unfolded one apart (found on M[*E]-[ME], tp 2 ep 2 etp 2 dp 2, overlap; the step
-    // 3e-6), more than rounding and not yet explained (issue 30).
-    l.options.routing_skew = moe && p.ep > 1 && p.etp == 1 ? *rc::gen::element(0.0, 0.0, 1.2) : 0.0;
+    l.options.routing_skew = moe && p.ep > 1 ? *rc::gen::element(0.0, 0.0, 1.2) : 0.0;
     l.gpus_per_node = *rc::gen::element(2, 4, 8);
     return l;
   });
@@ -133,7 +135,8 @@ TEST_CASE("a folded replay predicts what the unfolded replay does", "[sim][prope
     }
     const Summary f = replay(built, platform, costs, folded_options).summary;
     const Summary g = replay(whole, platform, costs, folded_options).summary;  // folded after the fact
-    const double bound = l.parallel.pp > 1 ? kPipelineBound : kSolverBound;
+    const bool skewed_etp = l.options.routing_skew > 0 && l.parallel.etp > 1;
+    const double bound = l.parallel.pp > 1 ? kPipelineBound : skewed_etp ? kSkewedBound : kSolverBound;
     RC_LOG() << l.describe() << ": step " << u.step_time_s << " vs " << f.step_time_s << ", a2a exposed "
              << u.a2a_exposed_s << " vs " << f.a2a_exposed_s << ", hidden " << u.a2a_hidden_fraction << " vs "
              << f.a2a_hidden_fraction << "\n";
@@ -141,7 +144,7 @@ TEST_CASE("a folded replay predicts what the unfolded replay does", "[sim][prope
     RC_ASSERT(relative(f.step_time_s, u.step_time_s) <= bound);
     RC_ASSERT(relative(f.a2a_total_s, u.a2a_total_s) <= bound);
     RC_ASSERT(std::abs(f.a2a_exposed_s - u.a2a_exposed_s) <= bound * u.step_time_s);
-    RC_ASSERT(std::abs(f.a2a_hidden_fraction - u.a2a_hidden_fraction) <= (l.parallel.pp > 1 ? 0.05 : kSolverBound));
+    RC_ASSERT(std::abs(f.a2a_hidden_fraction - u.a2a_hidden_fraction) <= (l.parallel.pp > 1 ? 0.05 : bound));
     RC_ASSERT(relative(f.dp_comm_s, u.dp_comm_s) <= bound);
     RC_ASSERT(relative(g.step_time_s, u.step_time_s) <= bound);
     // Every other field of the summary a user reads (issue 30 item 1): what a representative

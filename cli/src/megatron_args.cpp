@@ -283,6 +283,7 @@ class Translator {
   void model() {
     const auto hidden = int_value("--hidden-size");
     const auto heads = int_value("--num-attention-heads");
+    if (heads && *heads < 1) refuse("--num-attention-heads = " + std::to_string(*heads) + " must be at least 1");
     if (!card_ && (!hidden || !heads))
       refuse("the model needs --hidden-size and --num-attention-heads (or give a --model card)");
     field("--hidden", hidden, 0);
@@ -326,7 +327,9 @@ class Translator {
       emit("--vocab", *padded);
     } else if (const auto vocab = int_value("--vocab-size")) {
       const long long tp = has("--tensor-model-parallel-size") ? integer("tp", a_.at("--tensor-model-parallel-size").at(0)) : 1;
-      const long long divisible = int_value("--make-vocab-size-divisible-by").value_or(128) * std::max(1LL, tp);
+      const long long by = int_value("--make-vocab-size-divisible-by").value_or(128);
+      if (by < 1) refuse("--make-vocab-size-divisible-by = " + std::to_string(by) + " must be at least 1");
+      const long long divisible = by * std::max(1LL, tp);
       emit("--vocab", (*vocab + divisible - 1) / divisible * divisible);
     } else if (!card_ && !vocab_typed_) {
       refuse("the vocabulary is unknown: give --padded-vocab-size or --vocab-size (the tokenizer is not read), "
@@ -348,6 +351,7 @@ class Translator {
     const auto mamba_head = int_value("--mamba-head-dim");
     const auto mamba_groups = int_value("--mamba-num-groups");
     auto mamba_heads = int_value("--mamba-num-heads");
+    if (mamba_head && *mamba_head < 1) refuse("--mamba-head-dim = " + std::to_string(*mamba_head) + " must be at least 1");
     if (!mamba_heads && hidden && (!card_ || mamba_head)) mamba_heads = 2 * *hidden / mamba_head.value_or(64);
     field("--mamba-state", state, 128);
     field("--mamba-head-dim", mamba_head, 64);
@@ -385,6 +389,7 @@ class Translator {
   void layout() {
     const long long tp = int_value("--tensor-model-parallel-size").value_or(1);
     const long long pp = int_value("--pipeline-model-parallel-size").value_or(1);
+    if (pp < 1) refuse("--pipeline-model-parallel-size = " + std::to_string(pp) + " must be at least 1");
     emit("--tp", tp);
     emit("--pp", pp);
     emit("--cp", int_value("--context-parallel-size").value_or(1));

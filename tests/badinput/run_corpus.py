@@ -433,6 +433,23 @@ CASES = [
     ("megatron-args-unexpanded-variable", 10, 2, ["simulate", "--megatron-args", "a.sh", "--model", "qwen3-30b-a3b"],
      "unexpanded shell variable", files(**{"a.sh": "--bf16 --tensor-model-parallel-size ${TP} --sequence-parallel"}), None),
     ("megatron-args-not-a-file", 10, 2, ["simulate", "--megatron-args", "."], "not a regular file", None, None),
+    # found by fuzz_card_readers: the head size was hidden / 0
+    ("megatron-args-zero-heads", 10, 2, ["simulate", "--megatron-args", "m.txt"],
+     "--num-attention-heads = 0 must be at least 1",
+     files(**{"m.txt": "--bf16 --num-layers 4 --hidden-size 64 --num-attention-heads 0"}), None),
+    # the same class, by reading: each was a SIGFPE before
+    ("megatron-args-zero-pp", 10, 2, ["simulate", "--megatron-args", "m.txt"],
+     "--pipeline-model-parallel-size = 0 must be at least 1",
+     files(**{"m.txt": "--bf16 --num-layers 4 --hidden-size 64 --num-attention-heads 4 --vocab-size 128 "
+                       "--pipeline-model-parallel-size 0 --num-layers-per-virtual-pipeline-stage 2"}), None),
+    ("megatron-args-zero-vocab-divisor", 10, 2, ["simulate", "--megatron-args", "m.txt"],
+     "--make-vocab-size-divisible-by = 0 must be at least 1",
+     files(**{"m.txt": "--bf16 --num-layers 4 --hidden-size 64 --num-attention-heads 4 --vocab-size 1000 "
+                       "--make-vocab-size-divisible-by 0"}), None),
+    ("megatron-args-zero-mamba-head", 10, 2, ["simulate", "--megatron-args", "m.txt"],
+     "--mamba-head-dim = 0 must be at least 1",
+     files(**{"m.txt": "--bf16 --num-layers 4 --hidden-size 64 --num-attention-heads 4 --vocab-size 128 "
+                       "--mamba-head-dim 0 --hybrid-override-pattern M*M*"}), None),
     ("models-import-unknown-family", 10, 2, ["models", "import", "c.json", "-o", "card.json"], "model_type 'gpt_oss'",
      files(**{"c.json": '{"model_type": "gpt_oss", "hidden_size": 8}'}),
      lambda d, out, err: not os.path.exists(os.path.join(d, "card.json"))),

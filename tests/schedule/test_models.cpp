@@ -2,6 +2,7 @@
 // published parameter counts named in each card, the dense GPT's closed-form FLOPs, and memory
 // of small configurations counted by hand here.
 #include <catch2/catch.hpp>
+#include <rapidcheck/catch.h>
 
 #include <cmath>
 #include <fstream>
@@ -170,4 +171,61 @@ TEST_CASE("a plan of saturated_microbatches reaches the activation peak of any l
       CHECK(short_peak.total() == Approx(full.total()).epsilon(1e-12));
       CHECK(short_peak.rank == full.rank);
     }
+}
+
+// Issue 30 item 3: weights, gradients and optimizer state per rank by a second, deliberately plain
+// count on generated layouts (TP, PP, EP, ETP, EDP, the distributed optimizer on and off), from
+// the tiny model's dimensions and megatron-parallel.md 8.1: '*' a norm and q, k, v, o split over
+// TP; '-' a norm and three SwiGLU matrices split over TP; 'E' a norm and the router, replicated,
+// and ep-th of the experts, each split over expert TP; the embedding on the first stage and the
+// output layer with the final norm on the last, split over TP; 2 bytes of weights, 4 of fp32
+// gradients and 12 of optimizer state a parameter, the latter sharded over dp (dense) and edp
+// (experts) by the distributed optimizer.
+TEST_CASE("per-rank weights, gradients and optimizer state by a plain count on generated layouts",
+          "[schedule][models][property]") {
+  rc::prop("plain count == peak_memory's state", [] {
+    const ModelDims d = tiny_model();
+    const std::string pattern = *rc::gen::element<std::string>("*-*-", "*E*E", "*E", "*-", "*E-E");
+    const bool moe = pattern.find('E') != std::string::npos;
+    ParallelConfig c;
+    c.tp = *rc::gen::element(1, 2);
+    c.pp = *rc::gen::element(1, 2);
+    c.ep = moe ? *rc::gen::element(1, 2, 4) : 1;
+    c.etp = moe ? *rc::gen::element(1, 2) : 1;
+    c.dp = *rc::gen::element(1, 2, 4);
+    RC_PRE((c.tp * c.dp) % (c.ep * c.etp) == 0);
+    RC_PRE(static_cast<int>(pattern.size()) % c.pp == 0);
+    c.microbatches = 2 * c.pp;
+    c.optimizer.sync = GradSync::Megatron;
+    c.optimizer.distributed = *rc::gen::arbitrary<bool>();
+    Plan plan;
+    try {
+      plan = make_plan(pattern, c, options(false, false), d);
+    } catch (const ht::schedule::ScheduleError&) {
+      RC_DISCARD("layout refused");
+    }
+    const MemoryBreakdown m = peak_memory(ht::patterns::parse(pattern), d, c, plan);
+    const int stage = m.rank / (c.tp * c.dp);
+    const int per_stage = static_cast<int>(pattern.size()) / c.pp;
+    const double h = d.hidden, t = c.tp, q = double(d.num_heads) * d.head_dim, kv = double(d.num_kv_heads) * d.head_dim;
+    double dense = 0, expert = 0;
+    for (int i = stage * per_stage; i < (stage + 1) * per_stage; ++i) {
+      switch (pattern[static_cast<std::size_t>(i)]) {
+        case '*': dense += h + (h * q + 2 * h * kv + q * h) / t; break;
+        case '-': dense += h + 3 * h * d.ffn_hidden / t; break;
+        case 'E':
+          dense += h + h * d.num_experts;
+          expert += double(d.num_experts) / c.ep * 3 * h * d.moe_ffn_hidden / c.etp;
+          break;
+      }
+    }
+    if (stage == 0) dense += double(d.vocab) * h / t;
+    if (stage == c.pp - 1) dense += double(d.vocab) * h / t + h;
+    const int edp = c.tp * c.dp / (c.ep * c.etp);
+    RC_ASSERT(m.parameters == dense + expert);
+    RC_ASSERT(m.weights == 2 * (dense + expert));
+    RC_ASSERT(m.gradients == 4 * (dense + expert));
+    const double state = c.optimizer.distributed ? dense / c.dp + expert / edp : dense + expert;
+    RC_ASSERT(std::abs(m.optimizer - 12 * state) <= 1e-9 * m.optimizer);
+  });
 }

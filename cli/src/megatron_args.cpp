@@ -77,16 +77,27 @@ Parsed parse(const std::vector<std::string>& all) {
     if (const auto eq = k.find('='); eq != std::string::npos) v = k.substr(eq + 1), k = k.substr(0, eq);
     std::replace(k.begin(), k.end(), '_', '-');
     auto number = [&](std::optional<int>& slot) {
+      std::size_t used = 0;
+      int n = 0;
       try {
-        slot = std::stoi(v);
+        n = std::stoi(v, &used);
       } catch (const std::exception&) {
-        refuse("launcher option " + k + " = '" + shown(v) + "' is not a number");
+        used = 0;
       }
+      if (used == 0 || used != v.size()) refuse("launcher option " + k + " = '" + shown(v) + "' is not a number");
+      if (n < 1) refuse("launcher option " + k + " = " + v + " must be at least 1");
+      slot = n;
     };
     if (k == "--nnodes") number(nodes);
     if (k == "--nproc-per-node") number(per_node);
   }
-  if (nodes || per_node) p.world = nodes.value_or(1) * per_node.value_or(1);
+  if (nodes || per_node) {
+    // The launch's world size, bounded by the largest plan the twin builds (2^19 ranks).
+    const long long world = static_cast<long long>(nodes.value_or(1)) * per_node.value_or(1);
+    if (world > (1LL << 19))
+      refuse("--nnodes x --nproc-per-node = " + std::to_string(world) + " GPUs, more than the 524288 a plan holds");
+    p.world = static_cast<int>(world);
+  }
   std::string current;
   for (std::size_t i = start; i < all.size(); ++i) {
     std::string w = all[i];

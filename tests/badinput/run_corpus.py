@@ -437,6 +437,12 @@ CASES = [
     ("megatron-args-zero-heads", 10, 2, ["simulate", "--megatron-args", "m.txt"],
      "--num-attention-heads = 0 must be at least 1",
      files(**{"m.txt": "--bf16 --num-layers 4 --hidden-size 64 --num-attention-heads 0"}), None),
+    ("megatron-args-world-overflow", 10, 2, ["simulate", "--megatron-args", "m.sh", "--model", "qwen3-30b-a3b"],
+     "more than the 524288 a plan holds",
+     files(**{"m.sh": "torchrun --nnodes 896334497 --nproc-per-node 8 pretrain_gpt.py --bf16"}), None),
+    ("megatron-args-launcher-negative", 10, 2, ["simulate", "--megatron-args", "m.sh", "--model", "qwen3-30b-a3b"],
+     "--nnodes = -2 must be at least 1",
+     files(**{"m.sh": "torchrun --nnodes -2 --nproc-per-node 8 pretrain_gpt.py --bf16"}), None),
     # the same class, by reading: each was a SIGFPE before
     ("megatron-args-zero-pp", 10, 2, ["simulate", "--megatron-args", "m.txt"],
      "--pipeline-model-parallel-size = 0 must be at least 1",

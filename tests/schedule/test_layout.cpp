@@ -3,6 +3,7 @@
 // TP/SP and CP collectives around each block, DDP buckets, recomputation. Every expected number
 // is written out here from the reference's rules, not taken from the builder.
 #include <catch2/catch.hpp>
+#include <rapidcheck/catch.h>
 
 #include <algorithm>
 #include <map>
@@ -643,4 +644,76 @@ TEST_CASE("uniform recompute of N layers: one input kept per unit, N working set
   for (const Node& n : make_plan(pattern, c, options(false, false), d).nodes) replays_1 += n.phase == Phase::Recompute;
   for (const Node& n : make_plan(pattern, u, options(false, false), d).nodes) replays_4 += n.phase == Phase::Recompute;
   CHECK(replays_1 == replays_4);
+}
+
+// Issue 30 item 5: what each selective recompute module adds to a plan, from Megatron's table
+// (megatron-parallel.md 6.2) on generated patterns, module sets, TP sizes and shared experts: per
+// microbatch and logical layer, the parts replayed (the symbols of its recompute nodes: '*' the
+// attention core, '-' the dense MLP, '+' MLA's up-projections or input norm, 'r' the MoE router
+// or pre-MLP norm, 'x' the experts, 's' the shared expert) and the collectives replayed with them:
+// `core_attn` '*' alone; `mlp` '-' with its TP all-gather and reduce-scatter; `moe` 'r', 'x', 's'
+// (with its TP collectives) and both all-to-alls; `moe_act` 'x'; `shared_experts` 's' with its TP
+// collectives; `mla_up_proj` '+' with its all-gather; `layernorm` 'r' on MoE layers, '+' on MLA
+// layers, no collective. Modules add up (nested ones replay twice); nothing else is replayed.
+TEST_CASE("selective recompute: each module replays what Megatron's table says, no more",
+          "[schedule][recompute][property]") {
+  rc::prop("replayed parts and collectives per module", [] {
+    const std::string pattern = *rc::gen::element<std::string>("[*E]-[*E]-", "[+E]-[+E]-", "[*E][*E]", "*-*-",
+                                                               "[+-][+E]", "[ME]-[*E]");
+    ModelDims d = tiny_model();
+    d.shared_expert_ffn = *rc::gen::element(0, 64);
+    const bool shared = d.shared_expert_ffn > 0;
+    ParallelConfig c = grid(*rc::gen::element(1, 2), 1, 2, 1, 2, 2);
+    c.recompute.modules = static_cast<unsigned>(*rc::gen::inRange(1, 128));
+    Plan plan;
+    try {
+      plan = make_plan(pattern, c, options(false, false), d);
+    } catch (const ScheduleError&) {
+      RC_DISCARD("refused");
+    }
+    const auto has = [&](RecomputeModule m) { return c.recompute.has(m); };
+    const int tp_colls = c.tp > 1 ? 2 : 0;
+    std::map<int, std::set<char>> want, got;
+    int collectives = 0, a2a = 0;
+    int layer = 0;
+    for (const auto& item : ht::patterns::parse(pattern).items()) {
+      const std::string& s = item.symbols;
+      auto& w = want[layer++];
+      const bool moe = s.find('E') != std::string::npos, mla = s.find('+') != std::string::npos;
+      if (s.find('*') != std::string::npos && has(kRecomputeCoreAttn)) w.insert('*');
+      if (s.find('-') != std::string::npos && has(kRecomputeMlp)) w.insert('-'), collectives += tp_colls;
+      if (mla && (has(kRecomputeMlaUpProj) || has(kRecomputeLayernorm))) w.insert('+');
+      if (mla && has(kRecomputeMlaUpProj)) collectives += c.tp > 1 ? 1 : 0;
+      if (moe && has(kRecomputeLayernorm)) w.insert('r');
+      if (moe && has(kRecomputeMoe)) {
+        w.insert('r'), w.insert('x'), a2a += 2;
+        if (shared) w.insert('s');
+      }
+      if (moe && has(kRecomputeMoeAct)) w.insert('x');
+      // Nested checkpoints replay twice, as Megatron's do: `moe` reruns the whole layer, and a
+      // checkpointed shared expert or activation inside it reruns once more in its own backward.
+      if (moe && shared && has(kRecomputeMoe)) collectives += tp_colls;
+      if (moe && shared && has(kRecomputeSharedExperts)) w.insert('s'), collectives += tp_colls;
+      if (w.empty()) want.erase(layer - 1);
+    }
+    int got_collectives = 0, got_a2a = 0;
+    for (const Node& n : plan.nodes) {
+      if (n.rank != 0 || n.phase != Phase::Recompute || n.microbatch != 0) continue;
+      if (n.slot == Slot::Dispatch || n.slot == Slot::Combine) ++got_a2a;
+      else if (n.part != Part::Main) ++got_collectives;
+      else  // a whole-slot replay names the experts by the layer's 'E', a per-block one by 'x'
+        for (char ch : n.symbols) got[n.layer].insert(n.slot == Slot::Mlp && ch == 'E' ? 'x' : ch);
+    }
+    auto show = [](const std::map<int, std::set<char>>& m) {
+      std::string o;
+      for (const auto& [l, cs] : m) o += " L" + std::to_string(l) + ":" + std::string(cs.begin(), cs.end());
+      return o;
+    };
+    RC_LOG() << pattern << " tp " << c.tp << " shared " << shared << " modules " << to_string(c.recompute) << ": replayed"
+             << show(got) << " (want" << show(want) << "), collectives " << got_collectives << " (" << collectives
+             << "), all-to-alls " << got_a2a << " (" << a2a << ")\n";
+    RC_ASSERT(got == want);
+    RC_ASSERT(got_a2a == a2a);
+    RC_ASSERT(got_collectives == collectives);
+  });
 }

@@ -337,7 +337,7 @@ class Translator {
     if (const auto padded = int_value("--padded-vocab-size")) {
       emit("--vocab", *padded);
     } else if (const auto vocab = int_value("--vocab-size")) {
-      const long long tp = has("--tensor-model-parallel-size") ? integer("tp", a_.at("--tensor-model-parallel-size").at(0)) : 1;
+      const long long tp = int_value("--tensor-model-parallel-size").value_or(1);
       const long long by = int_value("--make-vocab-size-divisible-by").value_or(128);
       if (by < 1) refuse("--make-vocab-size-divisible-by = " + std::to_string(by) + " must be at least 1");
       const long long divisible = by * std::max(1LL, tp);
@@ -428,7 +428,7 @@ class Translator {
       if (first || last)
         refuse("--num-layers-per-virtual-pipeline-stage with uneven first/last stages: give "
                "--num-virtual-stages-per-pipeline-rank instead");
-      const auto layers = a_.count("--num-layers") ? integer("--num-layers", a_.at("--num-layers").at(0)) : 0;
+      const long long layers = int_value("--num-layers").value_or(0);
       const long long slots = layers + emb + loss;
       if (*per < 1 || layers == 0 || slots % (pp * *per) != 0)
         refuse("--num-layers-per-virtual-pipeline-stage " + std::to_string(*per) + " does not divide the " +

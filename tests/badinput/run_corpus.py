@@ -443,6 +443,10 @@ CASES = [
     ("megatron-args-launcher-negative", 10, 2, ["simulate", "--megatron-args", "m.sh", "--model", "qwen3-30b-a3b"],
      "--nnodes = -2 must be at least 1",
      files(**{"m.sh": "torchrun --nnodes -2 --nproc-per-node 8 pretrain_gpt.py --bf16"}), None),
+    ("megatron-args-yaml-empty-value", 10, 2, ["simulate", "--megatron-args", "m.yaml"],
+     "--tensor-model-parallel-size takes one value, got 0",
+     files(**{"m.yaml": "--bf16 --num-layers 4 --hidden-size 64 --num-attention-heads 4 --vocab-size 100\n"
+                        "--tensor-model-parallel-size:\n"}), None),
     # the same class, by reading: each was a SIGFPE before
     ("megatron-args-zero-pp", 10, 2, ["simulate", "--megatron-args", "m.txt"],
      "--pipeline-model-parallel-size = 0 must be at least 1",

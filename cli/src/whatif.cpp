@@ -93,7 +93,8 @@ double tflops_per_gpu(const Run& r) {
   return r.model_flops / r.result.summary.step_time_s / r.result.summary.gpus / 1e12;
 }
 double mfu(const Run& r) { return tflops_per_gpu(r) * 1e12 / r.peak_flops; }
-bool fits(const Run& r) { return r.memory.total() + r.overhead.total() + r.memory_margin <= r.hbm_bytes; }
+double free_bytes(const Run& r) { return r.hbm_bytes - r.memory.total() - r.overhead.total() - r.memory_margin; }
+bool fits(const Run& r) { return free_bytes(r) >= 0; }
 
 double parse_token_count(const std::string& text) {
   const std::string shown = text.size() > 40 ? text.substr(0, 40) + "..." : text;
@@ -211,7 +212,7 @@ nlohmann::json summary_json(const Run& r) {
               {"nccl_communicators", r.overhead.communicators},
               {"dispatcher_gib", r.overhead.dispatcher / kGiB}}},
             {"margin_gib", r.memory_margin / kGiB},
-            {"free_gib", (r.hbm_bytes - r.memory.total() - r.overhead.total() - r.memory_margin) / kGiB}}},
+            {"free_gib", free_bytes(r) / kGiB}}},
           {"layout",
            {{"gpus", l.global_ranks()}, {"tp", l.tp}, {"cp", l.cp}, {"pp", l.pp}, {"vpp", l.model_chunks()},
             {"dp", l.dp}, {"ep", l.ep}, {"etp", l.etp}, {"edp", l.edp()}, {"microbatches", l.microbatches},

@@ -106,6 +106,8 @@ inline constexpr double kGiB = 1024.0 * 1024 * 1024;
 double tokens_per_s(const Run& r);
 double tflops_per_gpu(const Run& r);
 double mfu(const Run& r);
+// HBM left after the tensors, the runtime overhead and the margin (negative: does not fit).
+double free_bytes(const Run& r);
 bool fits(const Run& r);
 
 // What `simulate --json` prints (docs/twin.md lists the keys).

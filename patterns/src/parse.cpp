@@ -167,6 +167,10 @@ std::vector<Item> ParsedPattern::items() const {
 
 std::string ParsedPattern::flattened_symbols() const { return flatten_text(items()); }
 
+bool ParsedPattern::has_moe() const {
+  return main.find('E') != std::string::npos || (mtp_depths > 0 && mtp.find('E') != std::string::npos);
+}
+
 ParsedPattern parse(std::string_view pattern, const ParseOptions& options) {
   ParsedPattern out;
   out.text = std::string(pattern);

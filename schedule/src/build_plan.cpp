@@ -938,9 +938,7 @@ void check_schedule_config(const patterns::ParsedPattern& pattern, const ModelDi
     int logical = 0;
     for (const auto& item : pattern.items()) check_overlap_splittable(item.symbols, layer_name(item, logical++));
   }
-  const bool has_moe = pattern.flattened_symbols().find('E') != std::string::npos ||
-                       pattern.mtp.find('E') != std::string::npos;
-  if (has_moe && dims.num_experts % config.ep != 0)
+  if (pattern.has_moe() && dims.num_experts % config.ep != 0)
     reject(ErrorCode::BadConfig, "num_experts = " + std::to_string(dims.num_experts) +
                                      " must be a multiple of ep = " + std::to_string(config.ep));
   check_recompute(pattern, config, options);

@@ -358,8 +358,7 @@ RuntimeOverhead runtime_overhead(const patterns::ParsedPattern& pattern, const M
   auto add = [&](double bytes) {
     if (bytes > 0) o.nccl += bytes, ++o.communicators;
   };
-  const bool moe = pattern.flattened_symbols().find('E') != std::string::npos ||
-                   pattern.mtp.find('E') != std::string::npos;
+  const bool moe = pattern.has_moe();
   add(nccl_group(cfg.tp));                  // TP/SP all-gathers and reduce-scatters
   add(nccl_group(cfg.cp));                  // the CP ring / all-to-alls
   add(nccl_group(cfg.dp * cfg.cp));         // dense gradients and parameters (dp-cp group)

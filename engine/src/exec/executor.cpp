@@ -912,8 +912,7 @@ Executor::Executor(const patterns::ParsedPattern& pattern, const ModelConfig& cf
       planned.logical_count() != pattern.logical_count() || planned.mtp != pattern.mtp ||
       planned.mtp_depths != pattern.mtp_depths)
     fail("plan was built for pattern '" + plan.pattern + "', not '" + pattern.text + "'");
-  const bool has_moe = pattern.flattened_symbols().find('E') != std::string::npos ||
-                       (pattern.mtp_depths > 0 && pattern.mtp.find('E') != std::string::npos);
+  const bool has_moe = pattern.has_moe();
   if (has_moe && cfg.num_experts % plan.ep != 0)
     fail(std::to_string(cfg.num_experts) + " experts do not divide over EP " + std::to_string(plan.ep));
   options.link.validate();

@@ -53,6 +53,8 @@ struct ParsedPattern {
   std::vector<Item> items() const;
   // Main symbols in physical order ("M*EM*E" for "[M*E]|[M*E]").
   std::string flattened_symbols() const;
+  // Whether the main pattern or an MTP depth holds a MoE ('E') layer.
+  bool has_moe() const;
 };
 
 // Parses and validates a full pattern; throws PatternError.

@@ -13,6 +13,17 @@ if(HT_SANITIZE)
   target_link_options(ht_defaults INTERFACE -fsanitize=address,undefined)
 endif()
 
+# Shared libraries: calls inside a library bind inside it, as in a static build (no symbol of ours
+# is interposed), and a library names every library it needs (no undefined symbol left for the
+# executable to supply; the sanitizers' runtimes are the executable's, so not under HT_SANITIZE).
+if(BUILD_SHARED_LIBS)
+  target_compile_options(ht_defaults INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-fno-semantic-interposition>)
+  if(NOT HT_SANITIZE)
+    target_link_options(ht_defaults INTERFACE
+      $<$<OR:$<STREQUAL:$<TARGET_PROPERTY:TYPE>,SHARED_LIBRARY>,$<STREQUAL:$<TARGET_PROPERTY:TYPE>,MODULE_LIBRARY>>:LINKER:--no-undefined>)
+  endif()
+endif()
+
 function(ht_target_defaults target)
   target_link_libraries(${target} PRIVATE ht_defaults)
 endfunction()

@@ -1,4 +1,5 @@
-// hybrid-twin: one executable with subcommands (pattern, simulate, train, verify, fuzz, trace).
+// hybrid-twin: one executable with subcommands (pattern, simulate, train, verify, fuzz, trace); the
+// ones that need SimGrid or the engine come from plugins opened on demand (plugins.hpp).
 // Errors on user input become one line "error: ..." on stderr and exit code 2; a pattern error
 // also shows the pattern with a caret under the offending character. SIGINT/SIGTERM remove the
 // temporary files of outputs being written (ht::io); a command that stops cleanly on them (train)
@@ -9,7 +10,12 @@
 //   hybrid-twin --check-args-from FILE       one JSON array of arguments per line, each parsed on
 //                                            its own; prints "ok" or "error: ..." per line, exits
 //                                            1 if any failed (one process: the libraries load once).
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -22,15 +28,12 @@
 
 #include "command.hpp"
 #include "megatron_args.hpp"
+#include "plugins.hpp"
 #include "ht/io/error.hpp"
 #include "ht/io/interrupt.hpp"
 #include "ht/patterns/error.hpp"
 
 namespace ht::cli {
-std::vector<CommandSpec>& registry() {
-  static std::vector<CommandSpec> commands;
-  return commands;
-}
 namespace {
 
 // A pattern that starts with '-' ("-M-") reads as an option to the parser; the parse error alone
@@ -67,6 +70,61 @@ std::string printable(std::string_view text) {
   return out;
 }
 
+// Commands that run in an executable of their own beside this one: `fuzz` drives rapidcheck,
+// which Debian ships only as an archive for executables, so it cannot live in a plugin. The
+// command word forwards the whole command line to it (exec), --help and --check-args included.
+struct Helper {
+  const char* command;
+  const char* file;
+  const char* description;
+};
+#ifdef HT_CLI_FUZZ_HELPER
+constexpr Helper kHelpers[] = {{"fuzz", HT_CLI_FUZZ_HELPER,
+                                "Fuzz the verifier's named properties (patterns, plans, twin, engine) and replay "
+                                "counterexamples"}};
+#else
+constexpr Helper kHelpers[] = {{"", "", ""}};
+#endif
+
+std::string helper_path(const std::string& command) {
+  for (const Helper& h : kHelpers) {
+    if (command.empty() || command != h.command) continue;
+    std::error_code ec;
+    const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (ec) return "";
+    const auto path = self.parent_path() / h.file;
+    return std::filesystem::exists(path, ec) ? path.string() : "";
+  }
+  return "";
+}
+
+// Runs `path args` and returns its exit status (-1 if it could not run), its stdout in `out`.
+int run_capture(const std::string& path, const std::vector<std::string>& args, std::string& out) {
+  int fds[2];
+  if (pipe(fds) != 0) return -1;
+  const pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    const int null = open("/dev/null", O_WRONLY);
+    if (null >= 0) dup2(null, 2);
+    close(fds[0]);
+    std::vector<char*> argv;
+    argv.push_back(const_cast<char*>(path.c_str()));
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(path.c_str(), argv.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  char buf[4096];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  if (waitpid(pid, &status, 0) < 0) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 }  // namespace
 }  // namespace ht::cli
 
@@ -89,13 +147,30 @@ int check_args_from(CLI::App& app, const std::string& file) {
       std::cerr << "error: '" << file << "': a line is not a JSON array of strings (" << e.what() << ")\n";
       return 2;
     }
-    std::reverse(args.begin(), args.end());  // CLI11 takes a vector's arguments from its back
-    app.clear();
     std::string verdict = "ok";
-    try {
-      app.parse(args);
-    } catch (const CLI::ParseError& e) {
-      if (e.get_exit_code() != 0) verdict = std::string("error: ") + e.what();  // --help parses
+    if (const std::string helper = args.empty() ? "" : ht::cli::helper_path(args.front()); !helper.empty()) {
+      // A helper's command: the helper parses it (its own --check-args-from, one line).
+      char name[] = "/tmp/hybrid-twin-check-XXXXXX";
+      const int fd = mkstemp(name);
+      std::string out;
+      int rc = -1;
+      if (fd >= 0) {
+        const std::string text = line + "\n";
+        rc = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) ? 0 : -1;
+        close(fd);
+        if (rc == 0) rc = ht::cli::run_capture(helper, {"--check-args-from", name}, out);
+        unlink(name);
+      }
+      while (!out.empty() && out.back() == '\n') out.pop_back();
+      verdict = rc == 0 || rc == 1 ? out : "error: " + helper + " did not answer";
+    } else {
+      std::reverse(args.begin(), args.end());  // CLI11 takes a vector's arguments from its back
+      app.clear();
+      try {
+        app.parse(args);
+      } catch (const CLI::ParseError& e) {
+        if (e.get_exit_code() != 0) verdict = std::string("error: ") + e.what();  // --help parses
+      }
     }
     std::replace(verdict.begin(), verdict.end(), '\n', ' ');
     all_parsed &= verdict == "ok";
@@ -115,6 +190,36 @@ int main(int argc, char** argv) {
   bool check_args = false;
   app.add_flag("--check-args", check_args, "parse the command line, run nothing, exit 0")->group("");
   auto& commands = ht::cli::registry();
+  // The command word: the first argument that is not an option. One the executable holds itself
+  // runs without opening the plugins; any other (or none: --help) opens them first.
+  std::string word;
+  for (int i = 1; i < argc && word.empty(); ++i)
+    if (argv[i][0] != '-') word = argv[i];
+  const auto holds = [&](const std::string& name) {
+    return std::any_of(commands.begin(), commands.end(), [&](const auto& c) { return c.name == name; });
+  };
+  if (!word.empty() && !holds(word)) {
+    if (const std::string helper = ht::cli::helper_path(word); !helper.empty()) {
+      execv(helper.c_str(), argv);
+      std::cerr << "error: cannot run " << helper << ": " << std::strerror(errno) << "\n";
+      return 2;
+    }
+  }
+  for (const auto& h : ht::cli::kHelpers)  // listed in --help; their options are the helper's
+    if (!ht::cli::helper_path(h.command).empty() && !holds(h.command))
+      commands.push_back({h.command, h.description, [](CLI::App& sub) -> std::function<int()> {
+                            sub.allow_extras();
+                            return [] { return 2; };
+                          }, 90});
+  if (word.empty() || !holds(word)) {
+    const std::vector<std::string> failed = ht::cli::load_command_plugins();
+    if (!failed.empty() && !word.empty() && !holds(word) && std::string_view(argv[1]) != "--check-args-from") {
+      std::cerr << "error: '" << ht::cli::printable(word) << "' is not a command this build could open: "
+                << ht::cli::printable(failed.front()) << "\n";
+      return 2;
+    }
+    for (const auto& why : failed) std::cerr << "note: some commands are missing: " << ht::cli::printable(why) << "\n";
+  }
   std::stable_sort(commands.begin(), commands.end(),
                    [](const auto& a, const auto& b) { return a.order < b.order; });
   std::map<CLI::App*, std::function<int()>> actions;

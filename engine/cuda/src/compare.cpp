@@ -24,6 +24,7 @@
 #include "ht/engine/cuda/backend.hpp"
 #include "ht/engine/cuda/compare.hpp"
 #include "ht/engine/rng.hpp"
+#include "entry_points.hpp"
 
 namespace ht::engine::cuda {
 namespace {
@@ -92,6 +93,7 @@ OpComparison compare_matmul(Backend& cpu, Backend& gpu, Rng& rng, int m, int n, 
 
 }  // namespace
 
+namespace gpu {
 std::vector<OpComparison> compare_cpu_vs_cuda(std::uint64_t seed, const CompareShape& s) {
   auto cpu = make_cpu_backend();
   auto gpu = make_cuda_backend();
@@ -194,4 +196,5 @@ std::vector<OpComparison> compare_cpu_vs_cuda(std::uint64_t seed, const CompareS
   return rows;
 }
 
+}  // namespace gpu
 }  // namespace ht::engine::cuda

@@ -12,17 +12,20 @@
 #include "ht/engine/cuda/device_model.hpp"
 #include "ht/engine/cuda/layer_compare.hpp"
 #include "ht/engine/cuda_probe.hpp"
+#include "entry_points.hpp"
 
 namespace ht::engine::cuda {
 namespace {
 
 std::string usable_gpu_or_throw() {
-  const CudaProbe probe = cuda_probe();
+  const CudaProbe probe = gpu::cuda_probe();
   if (!probe.usable) throw std::runtime_error("no usable CUDA GPU: " + probe.reason);
   return probe.device_name;
 }
 
 }  // namespace
+
+namespace gpu {
 
 std::vector<LayerComparison> compare_layers_cuda(std::uint64_t seed, const LayerShape& shape) {
   usable_gpu_or_throw();
@@ -57,4 +60,5 @@ double measure_gemm_tflops_cuda(int n, int reps) {
   return ::ht::engine::dev::measure_gemm_tflops<::ht::engine::dev::Cuda>(n, reps);
 }
 
+}  // namespace gpu
 }  // namespace ht::engine::cuda

@@ -10,6 +10,7 @@
 
 #include "ht/engine/cuda_probe.hpp"
 #include "ht/engine/kernel_table.hpp"
+#include "entry_points.hpp"
 
 namespace ht::engine::cuda {
 namespace {
@@ -60,8 +61,9 @@ double fastest(cudaStream_t stream, int repeats, F&& run) {
 
 }  // namespace
 
+namespace gpu {
 KernelTable measure_kernel_table_cuda(const KernelBenchOptions& o) {
-  const CudaProbe probe = cuda_probe();
+  const CudaProbe probe = gpu::cuda_probe();
   if (!probe.usable) throw std::runtime_error("no usable CUDA GPU: " + probe.reason);
   check(cudaSetDevice(0), "cudaSetDevice");
   cudaDeviceProp prop{};
@@ -109,4 +111,5 @@ KernelTable measure_kernel_table_cuda(const KernelBenchOptions& o) {
   return t;
 }
 
+}  // namespace gpu
 }  // namespace ht::engine::cuda

@@ -1,52 +1,19 @@
-// The launcher's environment and the MPI process group of the host emulation (process_group.hpp).
-// Compiled with MPI when CMake found it (HT_HAVE_MPI); otherwise make_mpi_group says so.
-#include <cstdlib>
+// The MPI process group of the host emulation (process_group.hpp), in its own library
+// (ht_engine_mpi) that the engine opens only when a run asks for it (backends.cpp).
+#include <dlfcn.h>
+#include <mpi.h>
+
 #include <exception>
 #include <limits>
 #include <memory>
 #include <stdexcept>
 #include <string>
-#include <tuple>
 #include <vector>
 
+#include "entry_points.hpp"
 #include "ht/engine/cuda/process_group.hpp"
 
-#ifdef HT_HAVE_MPI
-#include <dlfcn.h>
-#include <mpi.h>
-#endif
-
 namespace ht::engine::cuda {
-namespace {
-
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return fallback;
-  char* end = nullptr;
-  const long x = std::strtol(v, &end, 10);
-  return *end == '\0' && x >= 0 && x < (1L << 24) ? static_cast<int>(x) : fallback;
-}
-
-}  // namespace
-
-Launch launch_from_env() {
-  Launch l;
-  for (const auto& [size, rank, local, local_size] :
-       {std::tuple{"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
-        std::tuple{"PMI_SIZE", "PMI_RANK", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
-        std::tuple{"SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"}}) {
-    const int s = env_int(size, 0);
-    if (s < 1) continue;
-    l.size = s;
-    l.rank = env_int(rank, 0);
-    l.local_rank = env_int(local, l.rank);
-    l.local_size = env_int(local_size, l.size);
-    return l;
-  }
-  return l;
-}
-
-#ifdef HT_HAVE_MPI
 namespace {
 
 void check(int rc, const char* what) {
@@ -60,8 +27,8 @@ void check(int rc, const char* what) {
 class MpiGroup final : public ProcessGroup {
  public:
   MpiGroup() {
-    // SimGrid's library defines the MPI API too (SMPI); in a program that links both, MPI_Init must
-    // bind to the real MPI (cli/CMakeLists.txt orders the libraries), else it aborts in SMPI.
+    // SimGrid's library defines the MPI API too (SMPI); where a program maps SimGrid ahead of this
+    // library (a test linking both), MPI_Init could bind to it and abort in SMPI: say so instead.
     Dl_info where{};
     if (dladdr(reinterpret_cast<void*>(&MPI_Init), &where) && where.dli_fname &&
         std::string(where.dli_fname).find("simgrid") != std::string::npos)
@@ -118,13 +85,13 @@ class MpiGroup final : public ProcessGroup {
   std::vector<MPI_Request> pending_;
 };
 
+std::unique_ptr<ProcessGroup> make_group() { return std::make_unique<MpiGroup>(); }
+
 }  // namespace
-
-std::unique_ptr<ProcessGroup> make_mpi_group() { return std::make_unique<MpiGroup>(); }
-#else
-std::unique_ptr<ProcessGroup> make_mpi_group() {
-  throw std::runtime_error("this build has no MPI (install libopenmpi-dev and reconfigure) to run processes under mpirun");
-}
-#endif
-
 }  // namespace ht::engine::cuda
+
+extern "C" __attribute__((visibility("default"))) const ht::engine::cuda::MpiEntryPoints* ht_engine_mpi_entry_points() {
+  static const ht::engine::cuda::MpiEntryPoints table{sizeof(ht::engine::cuda::MpiEntryPoints),
+                                                      &ht::engine::cuda::make_group};
+  return &table;
+}

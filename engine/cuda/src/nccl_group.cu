@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "entry_points.hpp"
 #include "ht/engine/cuda/process_group.hpp"
 
 #ifdef HT_HAVE_NCCL
@@ -155,6 +156,7 @@ class NcclFabric final : public ThreadFabric {
 
 }  // namespace
 
+namespace gpu {
 std::unique_ptr<ProcessGroup> make_nccl_group() {
   auto boot = make_mpi_group();
   const int count = device_count();
@@ -181,13 +183,16 @@ std::unique_ptr<ProcessGroup> make_nccl_group() {
   return std::make_unique<NcclGroup>(comm, me, n, std::move(boot));
 }
 std::unique_ptr<ThreadFabric> make_nccl_fabric(int devices) { return std::make_unique<NcclFabric>(devices); }
+}  // namespace gpu
 #else
+namespace gpu {
 std::unique_ptr<ProcessGroup> make_nccl_group() {
   throw std::runtime_error("this build has no NCCL (it was not found at configure time)");
 }
 std::unique_ptr<ThreadFabric> make_nccl_fabric(int) {
   throw std::runtime_error("this build has no NCCL (it was not found at configure time)");
 }
+}  // namespace gpu
 #endif
 
 }  // namespace ht::engine::cuda

@@ -1,4 +1,4 @@
-// cuda_probe() of a build with the CUDA backend: usable iff the runtime sees at least one device
+// cuda_probe() of the CUDA library (entry_points.hpp): usable iff the runtime sees at least one device
 // and device 0 can be selected. Without a driver cudaGetDeviceCount fails with
 // cudaErrorInsufficientDriver rather than cudaErrorNoDevice (reference/toolchain.md), so any
 // error, or a count of zero, means "not usable", and its error string is the reason.
@@ -6,9 +6,9 @@
 
 #include <cuda_runtime.h>
 
-#include "ht/engine/cuda_probe.hpp"
+#include "entry_points.hpp"
 
-namespace ht::engine {
+namespace ht::engine::cuda::gpu {
 
 CudaProbe cuda_probe() {
   CudaProbe p;
@@ -33,4 +33,4 @@ CudaProbe cuda_probe() {
   return p;
 }
 
-}  // namespace ht::engine
+}  // namespace ht::engine::cuda::gpu

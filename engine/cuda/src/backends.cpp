@@ -1,0 +1,160 @@
+// The engine's CUDA and MPI entry points (entry_points.hpp): each forwards to the backend library's
+// table, which is opened on first use. A shared build finds libht_engine_cuda.so and
+// libht_engine_mpi.so beside the engine's own library (or in ../lib of it, an installed layout) and
+// opens them then, so `hybrid-twin pattern` or `simulate` never map cuBLAS, NCCL or MPI; a static
+// build links the tables in (HT_CUDA_LINKED, HT_MPI_LINKED). Without the backend in the build, or
+// when its library cannot be opened (a missing libcublas, say), the probe says why in one line and
+// every other entry point throws that line.
+#include <dlfcn.h>
+
+#include <filesystem>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+
+#include "entry_points.hpp"
+
+namespace ht::engine {
+namespace {
+
+constexpr const char* kNoCuda = "this build has no CUDA backend (nvcc not found, or HT_ENABLE_CUDA=OFF, at configure time)";
+constexpr const char* kNoMpi =
+    "this build has no MPI (install libopenmpi-dev and reconfigure) to run processes under mpirun";
+
+// The folder of the object this code is in (the engine's shared library, or the executable).
+std::filesystem::path own_folder() {
+  Dl_info info{};
+  if (!dladdr(reinterpret_cast<void*>(&own_folder), &info) || !info.dli_fname) return {};
+  std::error_code ec;
+  const auto path = std::filesystem::canonical(info.dli_fname, ec);
+  return ec ? std::filesystem::path(info.dli_fname).parent_path() : path.parent_path();
+}
+
+// Opens `file` beside this object (or in ../lib of it) and returns its table, or nullptr with
+// `error` saying why.
+template <class Table>
+const Table* open_table([[maybe_unused]] const char* file, [[maybe_unused]] const char* symbol, const char* what,
+                        std::string& error) {
+  if (!file) {
+    error = what;
+    return nullptr;
+  }
+  const std::filesystem::path here = own_folder();
+  std::filesystem::path found;
+  for (const auto& candidate : {here / file, here.parent_path() / "lib" / file}) {
+    std::error_code ec;
+    if (std::filesystem::exists(candidate, ec)) {
+      found = candidate;
+      break;
+    }
+  }
+  if (found.empty()) {
+    error = std::string("the library ") + file + " is not beside " + (here.empty() ? "the engine" : here.string()) +
+            " (a build with it puts it there)";
+    return nullptr;
+  }
+  void* handle = dlopen(found.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    const char* why = dlerror();
+    error = "cannot load " + found.string() + ": " + (why ? why : "unknown error");
+    return nullptr;
+  }
+  auto* entry = reinterpret_cast<const Table* (*)()>(dlsym(handle, symbol));
+  const Table* table = entry ? entry() : nullptr;
+  if (!table || table->size != sizeof(Table)) {
+    error = found.string() + " is not this build's backend library (no matching " + symbol + ")";
+    return nullptr;
+  }
+  return table;
+}
+
+#if defined(HT_CUDA_LINKED)
+const cuda::CudaEntryPoints* load_cuda(std::string&) { return ht_engine_cuda_entry_points(); }
+#else
+const cuda::CudaEntryPoints* load_cuda(std::string& error) {
+#if defined(HT_CUDA_LIBRARY)
+  return open_table<cuda::CudaEntryPoints>(HT_CUDA_LIBRARY, "ht_engine_cuda_entry_points", kNoCuda, error);
+#else
+  return open_table<cuda::CudaEntryPoints>(nullptr, nullptr, kNoCuda, error);
+#endif
+}
+#endif
+
+#if defined(HT_MPI_LINKED)
+const cuda::MpiEntryPoints* load_mpi(std::string&) { return ht_engine_mpi_entry_points(); }
+#else
+const cuda::MpiEntryPoints* load_mpi(std::string& error) {
+#if defined(HT_MPI_LIBRARY)
+  return open_table<cuda::MpiEntryPoints>(HT_MPI_LIBRARY, "ht_engine_mpi_entry_points", kNoMpi, error);
+#else
+  return open_table<cuda::MpiEntryPoints>(nullptr, nullptr, kNoMpi, error);
+#endif
+}
+#endif
+
+// Opened once per process; a failure is remembered with its reason.
+template <class Table>
+struct Backend {
+  std::once_flag once;
+  const Table* table = nullptr;
+  std::string error;
+};
+
+const cuda::CudaEntryPoints* cuda_table(std::string* why = nullptr) {
+  static Backend<cuda::CudaEntryPoints> b;
+  std::call_once(b.once, [] { b.table = load_cuda(b.error); });
+  if (why) *why = b.error;
+  return b.table;
+}
+
+const cuda::CudaEntryPoints& cuda_or_throw() {
+  std::string why;
+  const auto* t = cuda_table(&why);
+  if (!t) throw std::runtime_error(why);
+  return *t;
+}
+
+const cuda::MpiEntryPoints& mpi_or_throw() {
+  static Backend<cuda::MpiEntryPoints> b;
+  std::call_once(b.once, [] { b.table = load_mpi(b.error); });
+  if (!b.table) throw std::runtime_error(b.error);
+  return *b.table;
+}
+
+}  // namespace
+
+CudaProbe cuda_probe() {
+  std::string why;
+  const auto* t = cuda_table(&why);
+  return t ? t->probe() : CudaProbe{false, why, ""};
+}
+
+KernelTable cuda::measure_kernel_table_cuda(const KernelBenchOptions& o) { return cuda_or_throw().measure_kernel_table(o); }
+
+namespace cuda {
+
+std::vector<OpComparison> compare_cpu_vs_cuda(std::uint64_t seed, const CompareShape& shape) {
+  return cuda_or_throw().compare_ops(seed, shape);
+}
+std::vector<LayerComparison> compare_layers_cuda(std::uint64_t seed, const LayerShape& shape) {
+  return cuda_or_throw().compare_layers(seed, shape);
+}
+double measure_gemm_tflops_cuda(int n, int reps) { return cuda_or_throw().measure_gemm_tflops(n, reps); }
+std::unique_ptr<DataParallelModel> make_cuda_data_parallel(const patterns::ParsedPattern& p, const ModelConfig& cfg,
+                                                           std::uint64_t seed, int ranks) {
+  return cuda_or_throw().make_data_parallel(p, cfg, seed, ranks);
+}
+std::unique_ptr<DeviceExecutor> make_cuda_executor(const patterns::ParsedPattern& p, const ModelConfig& cfg,
+                                                   std::uint64_t seed, schedule::Plan plan, DeviceExecutorOptions options) {
+  return cuda_or_throw().make_executor(p, cfg, seed, std::move(plan), std::move(options));
+}
+std::unique_ptr<ProcessGroup> make_nccl_group() { return cuda_or_throw().make_nccl_group(); }
+std::unique_ptr<ThreadFabric> make_nccl_fabric(int devices) { return cuda_or_throw().make_nccl_fabric(devices); }
+std::unique_ptr<DeviceModel> make_cuda_device_model(HybridModel<float>& host) {
+  return cuda_or_throw().make_device_model(host);
+}
+std::unique_ptr<ProcessGroup> make_mpi_group() { return mpi_or_throw().make_group(); }
+
+}  // namespace cuda
+}  // namespace ht::engine

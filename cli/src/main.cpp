@@ -89,25 +89,23 @@ constexpr Helper kHelpers[] = {{"", "", ""}};
 std::string helper_path(const std::string& command) {
   for (const Helper& h : kHelpers) {
     if (command.empty() || command != h.command) continue;
+    const auto path = executable_folder() / h.file;
     std::error_code ec;
-    const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-    if (ec) return "";
-    const auto path = self.parent_path() / h.file;
     return std::filesystem::exists(path, ec) ? path.string() : "";
   }
   return "";
 }
 
-// Runs `path args` and returns its exit status (-1 if it could not run), its stdout in `out`.
-int run_capture(const std::string& path, const std::vector<std::string>& args, std::string& out) {
+// Runs `path args` and returns its exit status (-1 if it could not run), its stderr in `err`.
+int run_capture(const std::string& path, const std::vector<std::string>& args, std::string& err) {
   int fds[2];
   if (pipe(fds) != 0) return -1;
   const pid_t pid = fork();
   if (pid < 0) return -1;
   if (pid == 0) {
-    dup2(fds[1], 1);
+    dup2(fds[1], 2);
     const int null = open("/dev/null", O_WRONLY);
-    if (null >= 0) dup2(null, 2);
+    if (null >= 0) dup2(null, 1);
     close(fds[0]);
     std::vector<char*> argv;
     argv.push_back(const_cast<char*>(path.c_str()));
@@ -118,7 +116,7 @@ int run_capture(const std::string& path, const std::vector<std::string>& args, s
   }
   close(fds[1]);
   char buf[4096];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) err.append(buf, static_cast<std::size_t>(n));
   close(fds[0]);
   int status = 0;
   if (waitpid(pid, &status, 0) < 0) return -1;
@@ -149,20 +147,12 @@ int check_args_from(CLI::App& app, const std::string& file) {
     }
     std::string verdict = "ok";
     if (const std::string helper = args.empty() ? "" : ht::cli::helper_path(args.front()); !helper.empty()) {
-      // A helper's command: the helper parses it (its own --check-args-from, one line).
-      char name[] = "/tmp/hybrid-twin-check-XXXXXX";
-      const int fd = mkstemp(name);
-      std::string out;
-      int rc = -1;
-      if (fd >= 0) {
-        const std::string text = line + "\n";
-        rc = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) ? 0 : -1;
-        close(fd);
-        if (rc == 0) rc = ht::cli::run_capture(helper, {"--check-args-from", name}, out);
-        unlink(name);
-      }
-      while (!out.empty() && out.back() == '\n') out.pop_back();
-      verdict = rc == 0 || rc == 1 ? out : "error: " + helper + " did not answer";
+      // A helper's command: the helper parses it (--check-args); its first line says why not.
+      std::vector<std::string> check{"--check-args"};
+      check.insert(check.end(), args.begin(), args.end());
+      std::string err;
+      const int rc = ht::cli::run_capture(helper, check, err);
+      if (rc != 0) verdict = rc == 2 ? err.substr(0, err.find('\n')) : "error: " + helper + " did not answer";
     } else {
       std::reverse(args.begin(), args.end());  // CLI11 takes a vector's arguments from its back
       app.clear();
@@ -205,13 +195,15 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  for (const auto& h : ht::cli::kHelpers)  // listed in --help; their options are the helper's
-    if (!ht::cli::helper_path(h.command).empty() && !holds(h.command))
-      commands.push_back({h.command, h.description, [](CLI::App& sub) -> std::function<int()> {
-                            sub.allow_extras();
-                            return [] { return 2; };
-                          }, 90});
-  if (word.empty() || !holds(word)) {
+  // --version needs no command; --help and a word this executable does not hold need them all.
+  const bool version_only = argc == 2 && std::string_view(argv[1]) == "--version";
+  if (!version_only && (word.empty() || !holds(word))) {
+    for (const auto& h : ht::cli::kHelpers)  // listed in --help; their options are the helper's
+      if (!ht::cli::helper_path(h.command).empty() && !holds(h.command))
+        commands.push_back({h.command, h.description, [](CLI::App& sub) -> std::function<int()> {
+                              sub.allow_extras();
+                              return [] { return 2; };
+                            }, 90});
     const std::vector<std::string> failed = ht::cli::load_command_plugins();
     if (!failed.empty() && !word.empty() && !holds(word) && std::string_view(argv[1]) != "--check-args-from") {
       std::cerr << "error: '" << ht::cli::printable(word) << "' is not a command this build could open: "

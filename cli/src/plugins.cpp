@@ -10,15 +10,12 @@
 #include <system_error>
 
 namespace ht::cli {
-namespace {
 
 std::filesystem::path executable_folder() {
   std::error_code ec;
   const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
   return ec ? std::filesystem::path() : self.parent_path();
 }
-
-}  // namespace
 
 std::vector<std::string> load_command_plugins() {
   static bool loaded = false;

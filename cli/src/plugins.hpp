@@ -6,6 +6,7 @@
 // command into the executable and has no plugins.
 #pragma once
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -14,5 +15,8 @@ namespace ht::cli {
 // Opens every plugin this build made (once per process); returns one line per plugin that could
 // not be opened (the file and the loader's reason), empty when all were.
 std::vector<std::string> load_command_plugins();
+
+// The folder of the running executable (empty if /proc does not say).
+std::filesystem::path executable_folder();
 
 }  // namespace ht::cli

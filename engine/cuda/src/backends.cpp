@@ -32,12 +32,11 @@ std::filesystem::path own_folder() {
 }
 
 // Opens `file` beside this object (or in ../lib of it) and returns its table, or nullptr with
-// `error` saying why.
+// `error` saying why; `file` null: the build has no such library, and `missing` is the reason.
 template <class Table>
-const Table* open_table([[maybe_unused]] const char* file, [[maybe_unused]] const char* symbol, const char* what,
-                        std::string& error) {
+const Table* open_table(const char* file, const char* symbol, const char* missing, std::string& error) {
   if (!file) {
-    error = what;
+    error = missing;
     return nullptr;
   }
   const std::filesystem::path here = own_folder();
@@ -69,65 +68,61 @@ const Table* open_table([[maybe_unused]] const char* file, [[maybe_unused]] cons
   return table;
 }
 
-#if defined(HT_CUDA_LINKED)
-const cuda::CudaEntryPoints* load_cuda(std::string&) { return ht_engine_cuda_entry_points(); }
-#else
-const cuda::CudaEntryPoints* load_cuda(std::string& error) {
 #if defined(HT_CUDA_LIBRARY)
-  return open_table<cuda::CudaEntryPoints>(HT_CUDA_LIBRARY, "ht_engine_cuda_entry_points", kNoCuda, error);
+constexpr const char* kCudaFile = HT_CUDA_LIBRARY;
 #else
-  return open_table<cuda::CudaEntryPoints>(nullptr, nullptr, kNoCuda, error);
+constexpr const char* kCudaFile = nullptr;
 #endif
-}
-#endif
-
-#if defined(HT_MPI_LINKED)
-const cuda::MpiEntryPoints* load_mpi(std::string&) { return ht_engine_mpi_entry_points(); }
-#else
-const cuda::MpiEntryPoints* load_mpi(std::string& error) {
 #if defined(HT_MPI_LIBRARY)
-  return open_table<cuda::MpiEntryPoints>(HT_MPI_LIBRARY, "ht_engine_mpi_entry_points", kNoMpi, error);
+constexpr const char* kMpiFile = HT_MPI_LIBRARY;
 #else
-  return open_table<cuda::MpiEntryPoints>(nullptr, nullptr, kNoMpi, error);
-#endif
-}
+constexpr const char* kMpiFile = nullptr;
 #endif
 
-// Opened once per process; a failure is remembered with its reason.
-template <class Table>
-struct Backend {
-  std::once_flag once;
-  const Table* table = nullptr;
-  std::string error;
-};
-
-const cuda::CudaEntryPoints* cuda_table(std::string* why = nullptr) {
-  static Backend<cuda::CudaEntryPoints> b;
-  std::call_once(b.once, [] { b.table = load_cuda(b.error); });
-  if (why) *why = b.error;
-  return b.table;
+const cuda::CudaEntryPoints* load_cuda([[maybe_unused]] std::string& error) {
+#if defined(HT_CUDA_LINKED)
+  return ht_engine_cuda_entry_points();
+#else
+  return open_table<cuda::CudaEntryPoints>(kCudaFile, "ht_engine_cuda_entry_points", kNoCuda, error);
+#endif
 }
 
-const cuda::CudaEntryPoints& cuda_or_throw() {
+const cuda::MpiEntryPoints* load_mpi([[maybe_unused]] std::string& error) {
+#if defined(HT_MPI_LINKED)
+  return ht_engine_mpi_entry_points();
+#else
+  return open_table<cuda::MpiEntryPoints>(kMpiFile, "ht_engine_mpi_entry_points", kNoMpi, error);
+#endif
+}
+
+// A backend's table, opened once per process; a failure is remembered with its reason.
+template <class Table, const Table* (*Load)(std::string&)>
+const Table* opened(std::string& why) {
+  static std::once_flag once;
+  static const Table* table = nullptr;
+  static std::string error;
+  std::call_once(once, [] { table = Load(error); });
+  why = error;
+  return table;
+}
+
+template <class Table, const Table* (*Load)(std::string&)>
+const Table& opened_or_throw() {
   std::string why;
-  const auto* t = cuda_table(&why);
-  if (!t) throw std::runtime_error(why);
-  return *t;
+  const Table* table = opened<Table, Load>(why);
+  if (!table) throw std::runtime_error(why);
+  return *table;
 }
 
-const cuda::MpiEntryPoints& mpi_or_throw() {
-  static Backend<cuda::MpiEntryPoints> b;
-  std::call_once(b.once, [] { b.table = load_mpi(b.error); });
-  if (!b.table) throw std::runtime_error(b.error);
-  return *b.table;
-}
+const cuda::CudaEntryPoints& cuda_or_throw() { return opened_or_throw<cuda::CudaEntryPoints, load_cuda>(); }
+const cuda::MpiEntryPoints& mpi_or_throw() { return opened_or_throw<cuda::MpiEntryPoints, load_mpi>(); }
 
 }  // namespace
 
 CudaProbe cuda_probe() {
   std::string why;
-  const auto* t = cuda_table(&why);
-  return t ? t->probe() : CudaProbe{false, why, ""};
+  const auto* table = opened<cuda::CudaEntryPoints, load_cuda>(why);
+  return table ? table->probe() : CudaProbe{false, why, ""};
 }
 
 KernelTable cuda::measure_kernel_table_cuda(const KernelBenchOptions& o) { return cuda_or_throw().measure_kernel_table(o); }

@@ -1,7 +1,7 @@
 // Whether this process can run the CUDA backend, asked without including any CUDA header, so
 // the CLI and the tests can decide to run or to say "no usable CUDA GPU" in one line. With the
-// CUDA backend built it asks the runtime (engine/cuda/src/probe.cu); without it a fallback
-// (engine/cuda/src/no_cuda.cpp) answers that the build has no CUDA backend.
+// CUDA backend built it opens its library and asks the runtime (engine/cuda/src/backends.cpp,
+// probe.cu); without it, or when the library cannot be opened, the reason says so.
 #pragma once
 
 #include <string>

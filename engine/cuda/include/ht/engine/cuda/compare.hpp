@@ -1,7 +1,8 @@
 // CPU vs CUDA, operation by operation: runs every Backend operation on the CPU reference and on
 // the CUDA backend with the same random inputs and reports the largest difference against the
 // bound stated per operation. Used by `hybrid-twin verify --backend cuda` and tests/cuda.
-// Plain C++; without a CUDA build the fallback (engine/cuda/src/no_cuda.cpp) throws.
+// Plain C++; reached through the CUDA library the engine opens on first use
+// (engine/cuda/src/backends.cpp), which throws one line saying why when it cannot.
 #pragma once
 
 #include <cstdint>

@@ -173,7 +173,13 @@ SlotWork symbol_work(char symbol, const ModelDims& d, const Shard& sh) {
       const double heads = d.gdn_num_heads / tp;
       gemm(w, t, h, 2 * qk + 2 * v + 2 * heads, b);  // q, k, v, z, beta, alpha
       scan(w, 2 * t * (2 * qk + v) * d.conv_kernel, 2 * t * (2 * qk + v) * b);
-      scan(w, 6 * t * heads * double(d.gdn_qk_head_dim()) * d.gdn_head_dim, t * (2 * qk + 2 * v + 2 * heads) * b);
+      {  // the chunked delta rule: one chain per sequence and value head of the rank
+        const double flops = 6 * t * heads * double(d.gdn_qk_head_dim()) * d.gdn_head_dim;
+        const double sequence = double(d.seq_len) / sh.cp, chains = d.micro_batch * heads;
+        w.other_flops += flops;
+        w.kernels.push_back({KernelKind::DeltaRule, false, sequence, chains, 0, 1, flops,
+                             t * (2 * qk + 2 * v + 2 * heads) * b});
+      }
       elementwise(w, 5 * t * v, 3 * t * v * b);  // gated RMSNorm
       w.activation_bytes += t * (2 * (2 * qk + v) + 4 * v) * b;
       gemm(w, t, v, h, b);

@@ -46,11 +46,12 @@ constexpr std::array<std::pair<Part, std::string_view>, 6> kParts{{
     {Part::EtpGather, "etp_gather"},
     {Part::EtpScatter, "etp_scatter"},
 }};
-constexpr std::array<std::pair<KernelKind, std::string_view>, 6> kKernelKinds{{
+constexpr std::array<std::pair<KernelKind, std::string_view>, 7> kKernelKinds{{
     {KernelKind::Gemm, "gemm"},
     {KernelKind::GroupedGemm, "grouped_gemm"},
     {KernelKind::Attention, "attention"},
     {KernelKind::Scan, "scan"},
+    {KernelKind::DeltaRule, "delta_rule"},
     {KernelKind::Elementwise, "elementwise"},
     {KernelKind::Permute, "permute"},
 }};

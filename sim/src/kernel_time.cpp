@@ -148,6 +148,15 @@ double gemm_seconds(double m, double n, double k, double groups, double bytes, c
   return std::max(seconds, memory_seconds(bytes, gpu));
 }
 
+double delta_rule_rate(double chains, const GpuSpec& gpu) {
+  // FLA's Triton forward on an H100 (flashinfer PRs 3866 and 3788, d = 128, FLOPs counted as
+  // 6 N Hv dk dv): 8 chains 26.4 TFLOP/s (1 x 65536 tokens, 1.954 ms), 64 chains 47.6 (the slope
+  // between 1 x 8192 and 1 x 65536: 1.045 and 8.633 ms), 1024 chains 45.6 (32 x 8192, 18.08 ms):
+  // log2-interpolated between 8 and 64 chains, flat beyond.
+  const double x = std::clamp(std::log2(std::max(chains, 1.0) / 8) / 3, 0.0, 1.0);
+  return (kDeltaRuleTflops8 + x * (kDeltaRuleTflops64 - kDeltaRuleTflops8)) * 1e12 * gpu.delta_rule_scale;
+}
+
 double attention_efficiency(double seq, double head_dim, bool backward, const GpuSpec& gpu) {
   double eff = backward ? interpolate(kFullBackward, seq) * interpolate(kCausalForward, seq) /
                               interpolate(kFullForward, seq)
@@ -189,6 +198,12 @@ double kernel_seconds(const Kernel& kn, Phase phase, bool delay_wgrad, const Gpu
       const double factor = backward ? 2 : 1;
       return factor * std::max(kn.flops / (gpu.peak_flops * gpu.scan_efficiency), memory_seconds(kn.bytes, gpu));
     }
+    case KernelKind::DeltaRule: {
+      // FLA's chunked gated delta rule is bound by its chunk-to-chunk recurrence, not by peak or
+      // HBM: its rate depends on how many independent chains (sequence x value head) fill the SMs.
+      const double forward = std::max(kn.flops / delta_rule_rate(kn.n, gpu), memory_seconds(kn.bytes, gpu));
+      return backward ? kDeltaRuleBackward * forward : forward;
+    }
     case KernelKind::Elementwise: {
       const double factor = backward ? 2 : 1;
       return factor * std::max(kn.flops / gpu.peak_flops, memory_seconds(kn.bytes, gpu));
@@ -204,12 +219,14 @@ double kernel_seconds(const Kernel& kn, Phase phase, bool delay_wgrad, const Gpu
 int kernel_launches(const Kernel& kn, Phase phase, bool delay_wgrad) {
   const bool gemm = kn.kind == KernelKind::Gemm || kn.kind == KernelKind::GroupedGemm;
   const int groups = kn.kind == KernelKind::GroupedGemm ? static_cast<int>(std::max(1.0, kn.groups)) : 1;
+  const bool delta = kn.kind == KernelKind::DeltaRule;
   switch (phase) {
     case Phase::Forward:
-    case Phase::Recompute: return groups;
+    case Phase::Recompute: return delta ? kDeltaRuleForwardLaunches : groups;
     case Phase::Weight: return gemm && kn.delayable ? groups : 0;
     case Phase::Backward:
       if (gemm) return groups * (delay_wgrad && kn.delayable ? 1 : 2);
+      if (delta) return kDeltaRuleBackwardLaunches;
       return kn.kind == KernelKind::Attention ? 3 : 1;
   }
   return 0;

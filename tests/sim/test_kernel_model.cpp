@@ -121,6 +121,34 @@ TEST_CASE("a permutation moves its rows at the permute kernels' share of HBM, on
   CHECK(kernel_seconds(perm, Phase::Weight, true, h100) == 0);
 }
 
+TEST_CASE("GDN's chunked delta rule runs at FLA's measured H100 rate for its chains of recurrence",
+          "[sim][kernels]") {
+  const GpuSpec h100 = preset("dgx-h100").gpu;
+  // FLA's Triton forward on an H100, d = 128 (flashinfer PRs 3866 and 3788), at shapes the two
+  // rates were not read from: 8 chains (2 q/k heads, 8 value heads) over 16384 and 32768 tokens,
+  // 0.508 and 0.997 ms; 32 sequences x 32 value heads of 8192 tokens, 18.081 ms.
+  const auto forward_ms = [&](double tokens, double sequence, double value_heads) {
+    const double chains = tokens / sequence * value_heads;
+    const Kernel k{KernelKind::DeltaRule, false, sequence, chains, 0, 1, 6 * tokens * value_heads * 128 * 128, 0};
+    return 1e3 * kernel_seconds(k, Phase::Forward, false, h100);
+  };
+  CHECK(forward_ms(16384, 16384, 8) == Approx(0.508).epsilon(0.06));
+  CHECK(forward_ms(32768, 32768, 8) == Approx(0.997).epsilon(0.06));
+  CHECK(forward_ms(32 * 8192.0, 8192, 32) == Approx(18.081).epsilon(0.06));
+  // Between 8 and 64 chains the rate follows log2 of the chains: 16 chains a third of the way.
+  const double flops = 6 * 4096.0 * 16 * 128 * 128;
+  const Kernel mid{KernelKind::DeltaRule, false, 4096, 16, 0, 1, flops, 0};
+  CHECK(kernel_seconds(mid, Phase::Forward, false, h100) == Approx(flops / ((26.4 + (47.6 - 26.4) / 3) * 1e12)));
+  // The backward takes 3.45 forwards (FLA's fwd+bwd benchmark), W nothing; 6 and 7 launches.
+  CHECK(kernel_seconds(mid, Phase::Backward, false, h100) == Approx(3.45 * kernel_seconds(mid, Phase::Forward, false, h100)));
+  CHECK(kernel_seconds(mid, Phase::Weight, true, h100) == 0);
+  CHECK(kernel_launches(mid, Phase::Forward, false) == 6);
+  CHECK(kernel_launches(mid, Phase::Backward, true) == 7);
+  // Blackwell: 1.58x the H100's rate at the same chains.
+  const GpuSpec b200 = preset("dgx-b200").gpu;
+  CHECK(kernel_seconds(mid, Phase::Forward, false, b200) == Approx(kernel_seconds(mid, Phase::Forward, false, h100) / 1.58));
+}
+
 TEST_CASE("the host launches every kernel: a node takes the longer of its GPU and host time",
           "[sim][kernels]") {
   GpuSpec h100 = preset("dgx-h100").gpu;
@@ -292,7 +320,7 @@ rc::Gen<KernelCase> kernel_cases() {
     c.platform = *rc::gen::element<std::string>("dgx-h100", "dgx-h200", "dgx-b200", "gb200-nvl72", "dgx-h800");
     Kernel& k = c.kernel;
     k.kind = *rc::gen::element(KernelKind::Gemm, KernelKind::GroupedGemm, KernelKind::Attention, KernelKind::Scan,
-                               KernelKind::Elementwise, KernelKind::Permute);
+                               KernelKind::DeltaRule, KernelKind::Elementwise, KernelKind::Permute);
     auto size = [] { return std::pow(2.0, *rc::gen::inRange(0, 161) / 10.0); };  // 1 .. 65536
     k.m = size(), k.n = size(), k.k = size();
     k.groups = k.kind == KernelKind::GroupedGemm ? *rc::gen::inRange(1, 65) : 1;

@@ -17,7 +17,9 @@ enum class KernelKind : std::uint8_t {
   Gemm,         // (m x k) * (k x n); backward: dgrad (m x n)(n x k) and wgrad (k x m)(m x n)
   GroupedGemm,  // `groups` GEMMs of m rows each (the routed experts of one rank)
   Attention,    // fused (flash) attention core: scores and values
-  Scan,         // recurrences (Mamba2 SSD scan, gated delta rule) and causal convolutions
+  Scan,         // recurrences (Mamba2 SSD scan) and causal convolutions
+  DeltaRule,    // GDN's chunked gated delta rule (FLA's Triton kernels): m = tokens of one sequence,
+                // n = independent chains (sequences x value heads on the rank)
   Elementwise,  // norms, activations, softmax, residual adds: memory bound, streaming
   Permute,      // MoE token permutations (gathers and scatters of rows): memory bound, indexed;
                 // the backward is the mirror permutation, as much traffic as the forward

@@ -126,6 +126,19 @@ struct CostModel {
 double gemm_rate(double m, double n, double k, const GpuSpec& gpu, bool fp8 = false);
 double gemm_seconds(double m, double n, double k, double groups, double bytes, const GpuSpec& gpu, bool fp8 = false);
 double attention_efficiency(double seq, double head_dim, bool backward, const GpuSpec& gpu);
+// GDN's chunked gated delta rule (FLA's Triton kernels, which Megatron runs), measured on an H100
+// with d = 128 (flashinfer PRs 3866 and 3788; FLOPs as 6 N Hv dk dv): 26.4 TFLOP/s with 8
+// independent chains (sequence x value head), 47.6 with 64 and more; the backward takes 3.45x
+// the forward (FLA's fwd+bwd benchmark shapes on B200, 3.38-3.55x, pytorch/helion
+// examples/linear/BENCHMARKS.md; no Hopper figure published). Launches counted from FLA's
+// fla/ops/gated_delta_rule/chunk.py: forward cumsum, kkt, solve_tril, w/u, state pass, output;
+// backward w/u and state recompute, dv, dh, dq/dk/dw/dg, WY backward, reverse cumsum.
+inline constexpr double kDeltaRuleTflops8 = 26.4;
+inline constexpr double kDeltaRuleTflops64 = 47.6;
+inline constexpr double kDeltaRuleBackward = 3.45;
+inline constexpr int kDeltaRuleForwardLaunches = 6;
+inline constexpr int kDeltaRuleBackwardLaunches = 7;
+double delta_rule_rate(double chains, const GpuSpec& gpu);  // forward FLOP/s
 double kernel_seconds(const schedule::Kernel& kernel, schedule::Phase phase, bool delay_wgrad, const GpuSpec& gpu);
 // Kernels launched for `kernel` in `phase`: a GEMM once forward, data and weight gradient
 // backward (the latter in W when delayed), times its groups; flash attention's backward three

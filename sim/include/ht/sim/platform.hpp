@@ -14,7 +14,8 @@
 //   gemm_efficiency    best large-shape GEMM rate as a fraction of peak (H100 0.803); the measured
 //                      sm_90 table of GEMM rates by shape is scaled by it over H100's
 //   attention_scale    the flash-attention efficiency curve's scale (1 = FlashAttention-3 on Hopper)
-//   scan_efficiency    fraction of peak the recurrences' (Mamba2 SSD, GDN) chunked kernels reach
+//   scan_efficiency    fraction of peak Mamba2's chunked scan kernels reach
+//   delta_rule_scale   GDN's chunked delta rule at this rate over FLA's measured H100 rate
 //   fp8_peak_tflops, fp8_gemm_efficiency  FP8 GEMMs (--precision fp8): dense peak, best fraction
 //   permute_efficiency fraction of HBM bandwidth MoE permutation kernels reach
 //   nccl_sms           SMs an NCCL collective's kernel holds (compute beside it keeps the rest)
@@ -94,7 +95,12 @@ struct GpuSpec {
   double fp8_gemm_efficiency = 0.709;
   bool mxfp8 = false;
   double attention_scale = 1.0;      // scale of the flash-attention efficiency curve
-  double scan_efficiency = 0.35;     // chunked recurrence kernels (placeholder: no published figure)
+  double scan_efficiency = 0.35;     // Mamba2's chunked scan (placeholder: no published figure)
+  // GDN's delta rule at the GPU's rate over the H100's measured one (cost_model.hpp): Blackwell
+  // runs FLA's kernel 1.46-1.71x an H800 at the same shapes (B200: 56.2 and 64.9 TFLOP/s at
+  // B2 T16384 H16 and B1 T8192 H96, pytorch/helion BENCHMARKS.md; H800: 38.4 and 38.0,
+  // PaddlePaddle/flash-attention PR 133), 1.58 (their geometric mean) taken.
+  double delta_rule_scale = 1.0;
   // MoE permute/unpermute kernels: 30-50 % of HBM (TileOPs' and vLLM's H200 permute benchmarks,
   // physics.md 1.6); the middle is taken.
   double permute_efficiency = 0.4;

@@ -98,6 +98,7 @@ const std::map<std::string, Setter, std::less<>>& setters() {
          if (s.gpu.attention_scale > 1.6) fail("'attention_scale' must be <= 1.6 (efficiency above peak), got " + std::string(v));
        }},
       {"scan_efficiency", [](PlatformSpec& s, auto k, auto v) { s.gpu.scan_efficiency = fraction(k, v); }},
+      {"overlap_clock", [](PlatformSpec& s, auto k, auto v) { s.gpu.overlap_clock = fraction(k, v); }},
       {"delta_rule_scale", [](PlatformSpec& s, auto k, auto v) { s.gpu.delta_rule_scale = magnitude(k, v, 0.01, 40, "x the H100's rate"); }},
       {"fp8_peak_tflops", [](PlatformSpec& s, auto k, auto v) { s.gpu.fp8_peak_flops = magnitude(k, v, 0.1, 1e6, "TFLOP/s") * 1e12; }},
       {"fp8_gemm_efficiency", [](PlatformSpec& s, auto k, auto v) { s.gpu.fp8_gemm_efficiency = fraction(k, v); }},
@@ -177,6 +178,7 @@ PlatformSpec preset(std::string_view name) {
     s.gpu.mxfp8 = true;
     s.gpu.attention_scale = 0.71 / 0.655;
     s.gpu.delta_rule_scale = 1.58;
+    s.gpu.overlap_clock = 1;  // no published clock under overlap (platform.hpp)
     return s;
   }
   if (name == "cpu-ranks") {
@@ -188,6 +190,7 @@ PlatformSpec preset(std::string_view name) {
     s.nvlink_ingress = false;
     s.host_cores = 1;
     s.gpu.slow_gpu_spread = 0;  // the calibrated CPU ranks: measured durations already
+    s.gpu.overlap_clock = 1;
     return s;
   }
   std::string known;

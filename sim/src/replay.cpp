@@ -415,8 +415,11 @@ struct ReplayState {
     if (costs.interference_factor > 1) {
       weight = costs.interference_factor - 1;
     } else if (shared_cpu == nullptr && platform.gpu.sms > 0) {
+      // Compute beside a communication kernel keeps the SMs it leaves, at the clock the power cap
+      // allows while both run (GpuSpec::overlap_clock): speed (S - s) / S x clock.
       const double s = std::min(comm_sms(node), platform.gpu.sms - 1);
-      weight = s / (platform.gpu.sms - s);
+      const double speed = (platform.gpu.sms - s) / platform.gpu.sms * platform.gpu.overlap_clock;
+      weight = 1 / speed - 1;
     }
     if (weight <= 0) return nullptr;
     auto noise = sg4::this_actor::exec_init(1e30);

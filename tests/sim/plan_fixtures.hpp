@@ -32,6 +32,7 @@ inline PlatformSpec exact_platform(int nodes, int gpus_per_node) {
   p.gpu.nccl_sms = 0;  // no SM sharing: closed forms of compute and comm apart
   p.gpu.slow_gpu_spread = 0;
   p.gpu.nccl_p2p_sms = 0;
+  p.gpu.overlap_clock = 1;  // nor a power-capped clock beside communication
   return p;
 }
 

@@ -139,6 +139,13 @@ TEST_CASE("an NCCL kernel holds its SMs: compute beside it runs on the SMs left"
   for (const auto& s : r2.timeline.spans)
     if (s.args.at("node") == std::to_string(k1))
       CHECK(s.end_s() == Approx(flow_end + (c - flow_end * 112.0 / 132)).epsilon(0).margin(kTol));
+  // And at the power-capped clock while both run (Hopper: 1575 of 1980 MHz): the SMs left at
+  // 1575/1980 of the speed, then full speed once the flow is done.
+  platform.gpu.overlap_clock = 1575.0 / 1980.0;
+  auto r3 = replay(b.plan(), platform, exact_costs());
+  for (const auto& s : r3.timeline.spans)
+    if (s.args.at("node") == std::to_string(k0))
+      CHECK(s.end_s() == Approx(flow_end + (c - flow_end * 116.0 / 132 * 1575.0 / 1980.0)).epsilon(0).margin(kTol));
 }
 
 TEST_CASE("interference off leaves overlapped compute untouched", "[sim][interference]") {

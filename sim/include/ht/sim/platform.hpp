@@ -19,6 +19,7 @@
 //   fp8_peak_tflops, fp8_gemm_efficiency  FP8 GEMMs (--precision fp8): dense peak, best fraction
 //   permute_efficiency fraction of HBM bandwidth MoE permutation kernels reach
 //   nccl_sms           SMs an NCCL collective's kernel holds (compute beside it keeps the rest)
+//   overlap_clock      SM clock while communication runs beside compute, over the tables' clock
 //   slow_gpu_spread    achieved-rate spread between same-SKU GPUs: compute runs at the slowest's
 //   oversubscription   fat-tree leaf oversubscription (1 = full bisection)
 //   nodes, gpus_per_node  cluster size; nodes = 0 means "as many as the plan needs"
@@ -109,6 +110,12 @@ struct GpuSpec {
   // point-to-point send uses 2 (NCCL_NCHANNELS_PER_NET_PEER's default, issue 1424).
   int nccl_sms = 16;
   int nccl_p2p_sms = 2;
+  // SM clock while communication runs beside compute, over the clock the kernel tables were
+  // measured at: a Hopper GPU that overlaps GEMMs with communication exceeds its power limit and
+  // drops from 1980 to 1575 MHz (DeepGEMM issue 120, DeepSeek's inference on Hopper; overlap
+  // raises peak power by up to 25 %, Lee et al., ISPASS 2025, arXiv 2507.03114). 1575 / 1980.
+  // Blackwell: no published figure under overlap, so 1.
+  double overlap_clock = 1575.0 / 1980.0;
   std::shared_ptr<const MeasuredKernels> measured;  // null: the built-in tables (kernel_time.cpp)
   // Same-SKU GPUs of one node differ by 5 %+ in achieved GEMM rate (cooling, silicon; Bekman's ML
   // engineering, "Not all accelerators are created equal"), and a synchronous step runs at the

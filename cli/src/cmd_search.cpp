@@ -146,10 +146,12 @@ double node_floor(const Setup& s, const hs::Plan& plan, const hs::Node& n, std::
 //  - busy: its compute stream's nodes at their floors; without the EP overlap a microbatch's
 //    compute waits for each of its all-to-alls, so those count too (with it: the larger of
 //    compute and all-to-all); its other streams' totals bound it as well. A comm kernel holds s
-//    of the S SMs while it runs: overlapped, it slows the compute beside it by s/S of its time;
-//    alone, it adds all of its time. Either way a comm stream of total C adds at least C s / S to
-//    the compute stream's work (the largest such term is taken: comm kernels may overlap each
-//    other);
+//    of the S SMs while it runs and the GPU's clock drops to overlap_clock c: overlapped, it
+//    slows the compute beside it by 1 - c (S - s)/S of its time; alone, it adds all of its time.
+//    Either way a comm stream of total C adds at least (C - W)(1 - c (S - s)/S) to the compute
+//    stream's work, W the time the compute stream waits anyway (the fill, the all-to-alls it
+//    waits for), where communication costs it nothing (the largest such term is taken: comm
+//    kernels may overlap each other);
 //  - fill: its first forward (microbatch 0, chunk 0) needs every earlier stage's forward of that
 //    chunk first; drain: after its last backward (the last microbatch's chunk 0) every earlier
 //    stage runs that chunk's backward in turn.
@@ -218,7 +220,13 @@ double stage_bound(const Setup& s, const hs::Plan& plan, int microbatches, int s
       if (pp < rk.pp) fill += fb.first, drain += fb.second;
     const double sms = std::max(1, s.platform.gpu.sms);
     const double ep_sms = plan.ep_comm_sms > 0 ? plan.ep_comm_sms : s.platform.gpu.nccl_sms;
-    const double shared = std::max((plan.overlap ? rk.a2a * ep_sms : 0.0), rk.streams[2] * s.platform.gpu.nccl_sms) / sms;
+    // Compute beside a comm kernel holding `held` SMs runs at (S - held)/S of its speed times the
+    // clock under overlap (GpuSpec::overlap_clock): x seconds of it cost the compute stream
+    // x (1 - speed) more than alone, and a comm kernel alone adds all of x.
+    const auto lost = [&](double held) {
+      if (s.costs.interference_factor > 1) return 1 - 1 / s.costs.interference_factor;  // replay's override
+      return 1 - (sms - std::min(held, sms - 1)) / sms * s.platform.gpu.overlap_clock;
+    };
     // With the overlap, a warm-up step runs a forward chunk alone and a cool-down step a
     // backward chunk alone: the compute stream's next node waits for each of their all-to-alls.
     double alone = 0;
@@ -233,8 +241,14 @@ double stage_bound(const Setup& s, const hs::Plan& plan, int microbatches, int s
         alone += (f != rk.chunk_a2a.end() ? f->second : 0.0) + (b != rk.chunk_a2a.end() ? b->second : 0.0);
       }
     }
-    const double busy = plan.overlap ? std::max(rk.compute + shared + alone, rk.a2a) : rk.compute + rk.a2a + shared;
     fill += rk.first_gather;
+    // Communication that runs while the compute stream waits anyway (the fill, the all-to-alls
+    // it waits for) costs the compute nothing: only the rest is priced beside compute. The
+    // all-to-alls the compute stream waits for run alone; the rest of them beside compute.
+    const double waits = fill + (plan.overlap ? alone : rk.a2a);
+    const double shared = std::max(plan.overlap ? std::max(0.0, rk.a2a - alone) * lost(ep_sms) : 0.0,
+                                   std::max(0.0, rk.streams[2] - waits) * lost(s.platform.gpu.nccl_sms));
+    const double busy = plan.overlap ? std::max(rk.compute + shared + alone, rk.a2a) : rk.compute + rk.a2a + shared;
     const double after = std::max(drain, rk.last_reduce + rk.optimizer);
     bound = std::max({bound, fill + busy, fill + rk.compute_mb + after, rk.streams[0], rk.streams[1], rk.streams[2]});
   }

@@ -55,6 +55,16 @@ check(table == [(key(r), r["step_time_s"]) for r in full["results"][:5]],
 check(all(r["bound_s"] <= r["step_time_s"] * (1 + 1e-9) for r in full["results"]),
       "every layout's lower bound is at or below its simulated step")
 check(one["pruned"] > 0, "the bound pruned some layouts (%d)" % one["pruned"])
+# Where the bound is tightest: EP 16 across two nodes without a pipeline, whose data-parallel
+# stream runs partly while the compute stream waits for the all-to-alls (priced beside compute,
+# the bound passed the step by up to 2 %).
+rc, out, err = run(["search", "--model", "qwen3-30b-a3b", "--platform", "dgx-h100", "--gpus", "16", "--gbs", "64",
+                    "--tp-list", "1,2", "--pp-list", "1", "--ep-list", "16", "--mbs-list", "1,2", "-j", "2",
+                    "--no-prune", "--top", "1000", "--json"])
+tight = json.loads(out)["results"] if rc == 0 else []
+check(len(tight) > 0 and all(r["bound_s"] <= r["step_time_s"] * (1 + 1e-9) for r in tight),
+      "EP 16 over two nodes: every bound at or below its step (largest ratio %.4f)"
+      % max([r["bound_s"] / r["step_time_s"] for r in tight] or [0]))
 steps = [r["step_time_s"] for r in full["results"]]
 check(steps == sorted(steps), "the table is sorted by step time")
 check(all(r["memory_fits"] and r["layout"]["gpus"] == 16 and r["layout"]["gbs"] == 32 for r in full["results"]),

@@ -218,15 +218,10 @@ double stage_bound(const Setup& s, const hs::Plan& plan, int microbatches, int s
     double fill = 0, drain = 0;
     for (const auto& [pp, fb] : stage)
       if (pp < rk.pp) fill += fb.first, drain += fb.second;
-    const double sms = std::max(1, s.platform.gpu.sms);
     const double ep_sms = plan.ep_comm_sms > 0 ? plan.ep_comm_sms : s.platform.gpu.nccl_sms;
-    // Compute beside a comm kernel holding `held` SMs runs at (S - held)/S of its speed times the
-    // clock under overlap (GpuSpec::overlap_clock): x seconds of it cost the compute stream
-    // x (1 - speed) more than alone, and a comm kernel alone adds all of x.
-    const auto lost = [&](double held) {
-      if (s.costs.interference_factor > 1) return 1 - 1 / s.costs.interference_factor;  // replay's override
-      return 1 - (sms - std::min(held, sms - 1)) / sms * s.platform.gpu.overlap_clock;
-    };
+    // x seconds of compute beside a comm kernel cost the compute stream x (1 - speed) more than
+    // alone (the replay's own speed_beside_comm), and a comm kernel alone adds all of x.
+    const auto lost = [&](double held) { return 1 - sim::speed_beside_comm(s.costs, s.platform, held); };
     // With the overlap, a warm-up step runs a forward chunk alone and a cool-down step a
     // backward chunk alone: the compute stream's next node waits for each of their all-to-alls.
     double alone = 0;

@@ -72,6 +72,14 @@ const MeasuredInstance* CostModel::instance_for(const schedule::Node& node) cons
   return it == instances.end() ? nullptr : &it->second;
 }
 
+double speed_beside_comm(const CostModel& costs, const PlatformSpec& platform, double held_sms) {
+  if (costs.interference_factor > 1) return 1 / costs.interference_factor;
+  const double sms = platform.gpu.sms;
+  if (platform.host_cores > 0 || sms <= 0) return 1;
+  const double held = std::min(held_sms, sms - 1);
+  return (sms - held) / sms * platform.gpu.overlap_clock;
+}
+
 double CostModel::host_seconds(const schedule::Work& work, schedule::Phase phase, bool delay_wgrad,
                                bool cuda_graphs) const {
   double seconds = 0;

@@ -405,22 +405,15 @@ struct ReplayState {
 
   // While a comm node's transfers fly, compute on the same GPU runs slower: by the cost model's
   // interference_factor when one is set (calibrated runs), else by the SMs the communication
-  // kernel holds (SM sharing: compute keeps (S - s) of S SMs). A background execution of weight
-  // w next to compute of weight 1 leaves the compute 1/(1 + w) of the GPU: w = f - 1, or
-  // s / (S - s). Several comm kernels at once add their weights (to first order their SMs). A
+  // kernel holds (SM sharing: compute keeps (S - s) of S SMs, at the clock under overlap). A
+  // background execution of weight w next to compute of weight 1 leaves the compute 1/(1 + w) of
+  // the GPU: w = f - 1, or 1/speed - 1. Several comm kernels at once add their weights. A
   // compute node that carries a collective (CP ring, TP overlap, the backward's re-gather) shares
   // the GPU with it the same way. The CPU backend shares no SMs.
   sg4::ExecPtr start_interference(const Node& node) const {
-    double weight = 0;
-    if (costs.interference_factor > 1) {
-      weight = costs.interference_factor - 1;
-    } else if (shared_cpu == nullptr && platform.gpu.sms > 0) {
-      // Compute beside a communication kernel keeps the SMs it leaves, at the clock the power cap
-      // allows while both run (GpuSpec::overlap_clock): speed (S - s) / S x clock.
-      const double s = std::min(comm_sms(node), platform.gpu.sms - 1);
-      const double speed = (platform.gpu.sms - s) / platform.gpu.sms * platform.gpu.overlap_clock;
-      weight = 1 / speed - 1;
-    }
+    // Compute beside a communication kernel keeps the SMs it leaves, at the clock the power cap
+    // allows while both run (speed_beside_comm): a noise of weight 1/speed - 1 takes the rest.
+    const double weight = 1 / speed_beside_comm(costs, platform, comm_sms(node)) - 1;
     if (weight <= 0) return nullptr;
     auto noise = sg4::this_actor::exec_init(1e30);
     noise->set_priority(weight);

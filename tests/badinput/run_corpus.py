@@ -429,6 +429,10 @@ CASES = [
     ("output-empty-path", 10, 2, ["plan", "--pattern", "M*E", "-o", ""], "an empty path", None, None),
     ("platform-absurd-peak", 10, 2, ["simulate", "--pattern", "M*E", "--platform", "dgx-h100:peak_tflops=1e-30"],
      "is outside [0.1, 1e+06] TFLOP/s", None, None),
+    ("platform-overlap-clock-above-one", 10, 2, ["simulate", "--pattern", "M*E", "--platform", "dgx-h100:overlap_clock=1.5"],
+     "'overlap_clock' must be in (0, 1]", None, None),
+    ("platform-delta-rule-scale-absurd", 10, 2, ["simulate", "--pattern", "M*E", "--platform", "dgx-h100:delta_rule_scale=1e9"],
+     "'delta_rule_scale' = 1e9 is outside", None, None),
     # issue 28: the new readers (Megatron arguments, Hugging Face configs) refuse by name
     ("megatron-args-unexpanded-variable", 10, 2, ["simulate", "--megatron-args", "a.sh", "--model", "qwen3-30b-a3b"],
      "unexpanded shell variable", files(**{"a.sh": "--bf16 --tensor-model-parallel-size ${TP} --sequence-parallel"}), None),

@@ -116,6 +116,12 @@ struct CostModel {
   static std::string instance_key(const schedule::Node& node);  // "<rank>/<label>"
 };
 
+// Fraction of its speed a rank's compute keeps while a communication kernel holding `held_sms`
+// SMs runs beside it (replay.cpp's interference; the search's lower bound): `costs`'s
+// interference_factor F when set (1/F); none on a platform of shared CPU cores (host_cores);
+// otherwise the SMs left, (S - held)/S, at the clock under overlap (GpuSpec::overlap_clock).
+double speed_beside_comm(const CostModel& costs, const PlatformSpec& platform, double held_sms);
+
 // The kernel model (kernel_time.cpp). GEMM: the measured sm_90 BF16 rate of its shape (OpenXLA's
 // table, interpolated in log size), scaled to the GPU's peak and best-shape fraction; grouped
 // GEMMs as one GEMM per group on four streams; never faster than its bytes over HBM. Attention

@@ -145,6 +145,10 @@ class FdBuffer : public std::streambuf {
         error_ = errno;
         return false;
       }
+      if (w == 0) {  // nothing taken and no reason given (some FUSE file systems): retrying spins
+        error_ = EIO;
+        return false;
+      }
       p += w;
       n -= static_cast<std::size_t>(w);
     }

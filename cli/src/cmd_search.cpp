@@ -152,13 +152,14 @@ double node_floor(const Setup& s, const hs::Plan& plan, const hs::Node& n, std::
 //    stream's work, W the time the compute stream waits anyway (the fill, the all-to-alls it
 //    waits for), where communication costs it nothing (the largest such term is taken: comm
 //    kernels may overlap each other);
-//  - fill: its first forward (microbatch 0, chunk 0) needs every earlier stage's forward of that
-//    chunk first; drain: after its last backward (the last microbatch's chunk 0) every earlier
-//    stage runs that chunk's backward in turn.
+//  - fill: its first forward (microbatch 0, chunk 0) needs its own first parameter gather and
+//    every earlier stage's forward of that chunk, each stage starting once its own gather is in
+//    (the gathers of all stages run at once from the step's start); drain: after its last backward
+//    (the last microbatch's chunk 0) every earlier stage runs that chunk's backward in turn.
 //  - with the overlap, the warm-up steps run forward chunks alone and the cool-down steps
 //    backward chunks alone: their all-to-alls leave the compute stream waiting;
-//  - the data-parallel step: the first forward waits for the first parameter gather; after the
-//    last backward the last gradient reduction runs, then the optimizer step.
+//  - the data-parallel step: after the last backward the last gradient reduction runs, then the
+//    optimizer step.
 // step >= max over r of fill + busy and of fill + microbatch work + the larger of the drain and
 // the last reduction plus the optimizer (weight gradients and the optimizer are not followed by
 // the drain).
@@ -207,17 +208,33 @@ double stage_bound(const Setup& s, const hs::Plan& plan, int microbatches, int s
       else if (n.phase == hs::Phase::Backward) rk.last_backward += once;
     }
   }
-  std::map<int, std::pair<double, double>> stage;  // pp rank -> (forward, backward) of chunk 0
+  // Per pipeline rank: chunk 0's forward and backward (the slowest of its ranks) and the earliest
+  // first parameter gather of its ranks.
+  struct Stage {
+    double forward = 0, backward = 0, gather = std::numeric_limits<double>::infinity();
+  };
+  std::map<int, Stage> stage;
   for (const Rank& rk : ranks) {
-    auto& [f, b] = stage[rk.pp];
-    f = std::max(f, rk.first_forward);
-    b = std::max(b, rk.last_backward);
+    Stage& st = stage[rk.pp];
+    st.forward = std::max(st.forward, rk.first_forward);
+    st.backward = std::max(st.backward, rk.last_backward);
+    st.gather = std::min(st.gather, rk.first_gather);
+  }
+  // The earliest the first activation reaches each pipeline rank: every rank's gathers start with
+  // the step, so a stage starts once its own gather and the activation from the stage before it
+  // are in; a rank's fill is then the later of its own gather and that arrival (the gathers of
+  // all stages run at once: adding them to the upstream forwards passed the step by 6 %).
+  std::map<int, double> arrival;
+  double reach = 0;
+  for (const auto& [pp, st] : stage) {
+    arrival[pp] = reach;
+    reach = std::max(st.gather, reach) + st.forward;
   }
   double bound = 0;
   for (const Rank& rk : ranks) {
-    double fill = 0, drain = 0;
-    for (const auto& [pp, fb] : stage)
-      if (pp < rk.pp) fill += fb.first, drain += fb.second;
+    double fill = std::max(rk.first_gather, arrival[rk.pp]), drain = 0;
+    for (const auto& [pp, st] : stage)
+      if (pp < rk.pp) drain += st.backward;
     const double ep_sms = plan.ep_comm_sms > 0 ? plan.ep_comm_sms : s.platform.gpu.nccl_sms;
     // x seconds of compute beside a comm kernel cost the compute stream x (1 - speed) more than
     // alone (the replay's own speed_beside_comm), and a comm kernel alone adds all of x.
@@ -236,7 +253,6 @@ double stage_bound(const Setup& s, const hs::Plan& plan, int microbatches, int s
         alone += (f != rk.chunk_a2a.end() ? f->second : 0.0) + (b != rk.chunk_a2a.end() ? b->second : 0.0);
       }
     }
-    fill += rk.first_gather;
     // Communication that runs while the compute stream waits anyway (the fill, the all-to-alls
     // it waits for) costs the compute nothing: only the rest is priced beside compute. The
     // all-to-alls the compute stream waits for run alone; the rest of them beside compute.

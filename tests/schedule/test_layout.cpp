@@ -717,3 +717,109 @@ TEST_CASE("selective recompute: each module replays what Megatron's table says, 
     RC_ASSERT(got_collectives == collectives);
   });
 }
+
+TEST_CASE("the gradient sync switches add and remove exactly the collectives Megatron's DDP issues",
+          "[schedule][layout][property]") {
+  // One bucket per (model chunk, buffer) with the bucket size out of reach, so the counts follow
+  // from the pattern alone (megatron-parallel.md 4): a chunk's dense buffer always holds something
+  // (norms at least), its expert buffer only when the chunk has an 'E'. Each bucket of a buffer
+  // whose data-parallel group (dense: dp x cp; expert: edp) has two or more members is reduced once:
+  // all-reduce, or reduce-scatter with the distributed optimizer, which then gathers it once more;
+  // gathered before the forward that needs it (overlap_param_gather) or after the optimizer step;
+  // reduced as the last microbatch's backward of its layers ends (overlap_grad_reduce) or after the
+  // whole backward. With TP the replicated weights' gradients get one all-reduce over TP. Nothing
+  // else in the plan changes.
+  rc::prop("reductions, gathers and their dependencies per switch", [] {
+    const int pp = *rc::gen::element(1, 2), vpp = pp > 1 ? *rc::gen::element(0, 2) : 0;
+    const int segments = pp * std::max(vpp, 1);
+    std::vector<std::string> parts;
+    for (int s = 0; s < segments; ++s)
+      parts.push_back(*rc::gen::element<std::string>("*-", "*E", "M-", "[*E]", "[ME]-", "-", "M"));
+    std::string pattern;
+    for (int s = 0; s < segments; ++s) pattern += (s ? "|" : "") + parts[static_cast<std::size_t>(s)];
+    ParallelConfig c = grid(*rc::gen::element(1, 2), 1, *rc::gen::element(1, 2, 4), pp, 1, *rc::gen::inRange(1, 4), vpp);
+    const bool moe = pattern.find('E') != std::string::npos;
+    if (moe) c.ep = *rc::gen::element(1, 2);
+    if (c.ep > c.tp * c.dp) c.ep = 1;
+    c.optimizer.sync = GradSync::Megatron;
+    c.optimizer.bucket_elements = 1e18;
+    c.optimizer.distributed = *rc::gen::arbitrary<bool>();
+    c.optimizer.overlap_grad_reduce = *rc::gen::arbitrary<bool>();
+    c.optimizer.overlap_param_gather =
+        c.optimizer.distributed && c.optimizer.overlap_grad_reduce && *rc::gen::arbitrary<bool>();
+    Plan plan;
+    ParallelConfig plain = c;
+    plain.optimizer.distributed = plain.optimizer.overlap_grad_reduce = plain.optimizer.overlap_param_gather = false;
+    Plan base;
+    try {
+      plan = make_plan(pattern, c, options(false, false));
+      base = make_plan(pattern, plain, options(false, false));
+    } catch (const ScheduleError& e) {
+      RC_LOG() << e.what() << "\n";
+      RC_DISCARD("refused");
+    }
+    const int dense_group = c.dp * c.cp, expert_group = c.tp * c.cp * c.dp / (c.etp * c.ep);
+    RC_LOG() << pattern << " tp " << c.tp << " dp " << c.dp << " pp " << pp << " vpp " << vpp << " ep " << c.ep
+             << " distributed " << c.optimizer.distributed << " overlap reduce " << c.optimizer.overlap_grad_reduce
+             << " gather " << c.optimizer.overlap_param_gather << "\n";
+    for (int r = 0; r < c.global_ranks(); ++r) {
+      const int p = r / (c.tp * c.cp * c.dp);
+      int buckets = 0;
+      for (int v = 0; v < std::max(vpp, 1); ++v) {  // chunk v of pipeline rank p is segment v x pp + p
+        buckets += dense_group >= 2;
+        buckets += expert_group >= 2 && parts[static_cast<std::size_t>(v * pp + p)].find('E') != std::string::npos;
+      }
+      int reduces = 0, gathers = 0, tp_reduces = 0, steps = 0, first_compute = -1;
+      std::multiset<std::pair<int, int>> work, base_work;  // (slot, phase) of everything else
+      const auto& issue = plan.ranks.at(static_cast<std::size_t>(r)).issue;
+      for (std::size_t i = 0; i < issue.size(); ++i) {
+        const Node& n = plan.node(issue[i]);
+        if (n.slot == Slot::GradAllReduce && n.symbols == "tp_replicated") {
+          ++tp_reduces;
+        } else if (n.slot == Slot::GradAllReduce) {
+          ++reduces;
+          const CollectiveKind want = c.optimizer.distributed ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
+          RC_ASSERT(plan.collectives.at(static_cast<std::size_t>(n.collective)).kind == want);
+          if (c.optimizer.overlap_grad_reduce) {  // the last microbatch's gradients of its layers
+            RC_ASSERT(!n.deps.empty());
+            for (int dep : n.deps) {
+              RC_ASSERT(plan.node(dep).microbatch == c.microbatches - 1);
+              const bool gradient = plan.node(dep).phase == Phase::Backward || plan.node(dep).phase == Phase::Weight;
+              RC_ASSERT(gradient);
+            }
+          } else {  // the end of every chain: each microbatch of each model chunk
+            RC_ASSERT(n.deps.size() == static_cast<std::size_t>(c.microbatches * std::max(vpp, 1)));
+          }
+        } else if (n.slot == Slot::ParamGather) {
+          ++gathers;
+          const bool after_step = n.deps.size() == 1 && plan.node(n.deps[0]).slot == Slot::OptimizerStep;
+          const bool placed = c.optimizer.overlap_param_gather ? n.deps.empty() : after_step;
+          RC_ASSERT(placed);
+        } else if (n.slot == Slot::OptimizerStep) {
+          ++steps;
+        } else {
+          work.insert({static_cast<int>(n.slot), static_cast<int>(n.phase)});
+          if (n.stream == Stream::Compute && first_compute < 0) first_compute = static_cast<int>(i);
+        }
+      }
+      for (int id : base.ranks.at(static_cast<std::size_t>(r)).issue) {
+        const Node& n = base.node(id);
+        if (n.slot != Slot::GradAllReduce && n.slot != Slot::ParamGather && n.slot != Slot::OptimizerStep)
+          base_work.insert({static_cast<int>(n.slot), static_cast<int>(n.phase)});
+      }
+      RC_LOG() << "rank " << r << ": reduces " << reduces << " gathers " << gathers << " (buckets " << buckets << ")\n";
+      RC_ASSERT(reduces == buckets);
+      RC_ASSERT(gathers == (c.optimizer.distributed ? buckets : 0));
+      RC_ASSERT(tp_reduces == (c.tp > 1 ? 1 : 0));
+      RC_ASSERT(steps == 1);
+      RC_ASSERT(work == base_work);
+      // Overlapped gathers are issued before any compute; the whole-backward reductions after it.
+      if (c.optimizer.overlap_param_gather && gathers > 0) {
+        int last_gather = -1;
+        for (std::size_t i = 0; i < issue.size(); ++i)
+          if (plan.node(issue[i]).slot == Slot::ParamGather) last_gather = static_cast<int>(i);
+        RC_ASSERT(last_gather < first_compute);
+      }
+    }
+  });
+}

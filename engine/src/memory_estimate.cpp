@@ -3,15 +3,12 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <string>
-
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include "ht/engine/error.hpp"
 #include "ht/engine/exec/executor.hpp"
 #include "ht/io/input_file.hpp"
+#include "ht/io/process_memory.hpp"
 #include "ht/schedule/costs.hpp"
 
 namespace ht::engine {
@@ -74,19 +71,6 @@ MemoryEstimate estimate_training_memory(const patterns::ParsedPattern& pattern, 
   return e;
 }
 
-double available_memory_bytes() {
-  double available = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE));
-  rlimit limit{};
-  if (::getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
-    // What the address-space limit leaves after what this process already maps (libraries, stacks).
-    double mapped = 0;
-    std::ifstream statm("/proc/self/statm");
-    if (statm >> mapped) mapped *= double(::sysconf(_SC_PAGESIZE));
-    available = std::min(available, std::max(0.0, double(limit.rlim_cur) - mapped));
-  }
-  return available;
-}
-
 void check_training_memory(const patterns::ParsedPattern& pattern, const ModelConfig& cfg, int batch, int seq,
                            int replicas) {
   const double tokens = double(batch) * double(seq);
@@ -95,7 +79,7 @@ void check_training_memory(const patterns::ParsedPattern& pattern, const ModelCo
                                                 figure(tokens) + " tokens per step, more than the limit of " +
                                                 std::to_string(kMaxBatchTokens));
   const MemoryEstimate e = estimate_training_memory(pattern, cfg, batch, seq, replicas);
-  const double available = available_memory_bytes();
+  const double available = io::available_memory_bytes();
   if (e.bytes > available)
     throw EngineError(ErrorCode::BadConfig,
                       "training '" + pattern.text + "' needs about " + figure(gib(e.bytes)) + " GiB (" +

@@ -553,6 +553,29 @@ class Tmpfs:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
+def memory_cases():
+    """A replay larger than the memory the process may use (here ulimit -v 1 GiB; the documented
+    plan limits need about 3.7 GiB) is refused before the plan is built, with its estimate and the
+    figure it was held against, not killed by the kernel part way through."""
+    name = "size-replay-beyond-memory"
+    if FILTER and FILTER not in name:
+        return []
+    def small():
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+    d = tempfile.mkdtemp(prefix="ht-bad-")
+    try:
+        start = time.time()
+        p = subprocess.run([BIN, "simulate", "--model", "qwen3-30b-a3b", "--platform", "dgx-h100", "--gpus", "2048",
+                            "--gbs", "4096", "--ep", "8", "--no-fold"], cwd=d, stdin=subprocess.DEVNULL,
+                           capture_output=True, text=True, timeout=TIMEOUT_S, preexec_fn=small)
+        lines = p.stderr.strip().splitlines()
+        ok = p.returncode == 2 and len(lines) == 1 and "this replay needs about" in lines[0] \
+            and "this process may use" in lines[0] and time.time() - start < 30
+        return [(name, None if ok else f"exit {p.returncode}: {p.stderr.strip()[-300:]}")]
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def interrupt_cases():
     """SIGINT/SIGTERM while a long run writes a checkpoint after every step: the run stops with
     128 + signal (or finishes), the checkpoint folder holds exactly one generation that loads, and
@@ -660,6 +683,9 @@ def main():
         verdicts = list(pool.map(run_case, chosen))
     for case, why in zip(chosen, verdicts):
         print(("FAIL " if why else "ok   ") + f"[class {case[1]:2}] {case[0]}" + (f": {why}" if why else ""), flush=True)
+        passed, failed = passed + (why is None), failed + (why is not None)
+    for name, why in memory_cases():
+        print(("FAIL " if why else "ok   ") + f"[class  4] {name}" + (f": {why}" if why else ""), flush=True)
         passed, failed = passed + (why is None), failed + (why is not None)
     for name, why in interrupt_cases():
         print(("FAIL " if why else "ok   ") + f"[class  7] {name}" + (f": {why}" if why else ""), flush=True)

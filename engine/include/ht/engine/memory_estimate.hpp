@@ -20,15 +20,11 @@ struct MemoryEstimate {
 MemoryEstimate estimate_training_memory(const patterns::ParsedPattern& pattern, const ModelConfig& cfg, int batch,
                                         int seq, int replicas = 1);
 
-// Memory this process may still use: the smaller of the machine's physical memory and what its
-// address-space limit (ulimit -v) leaves.
-double available_memory_bytes();
-
 // Tokens of one batch (batch x seq) the engine accepts: int indexing stays exact far beyond it.
 inline constexpr std::int64_t kMaxBatchTokens = std::int64_t{1} << 24;
 
-// Throws EngineError(BadConfig) naming the estimate and the limit when the run cannot fit, or
-// when batch x seq passes kMaxBatchTokens.
+// Throws EngineError(BadConfig) naming the estimate and the limit (io::available_memory_bytes)
+// when the run cannot fit, or when batch x seq passes kMaxBatchTokens.
 void check_training_memory(const patterns::ParsedPattern& pattern, const ModelConfig& cfg, int batch, int seq,
                            int replicas = 1);
 

@@ -47,7 +47,10 @@ struct Layout {
     std::ostringstream o;
     o << pattern << " tp " << parallel.tp << " cp " << parallel.cp << " pp " << parallel.pp << " vpp " << parallel.vpp
       << " ep " << parallel.ep << " etp " << parallel.etp << " dp " << parallel.dp << " mb " << parallel.microbatches << " overlap "
-      << options.overlap << " skew " << options.routing_skew << " gpus/node " << gpus_per_node;
+      << options.overlap << " skew " << options.routing_skew << " gpus/node " << gpus_per_node << " sync "
+      << (parallel.optimizer.sync == hs::GradSync::Megatron ? "megatron" : "end-of-step") << " distributed "
+      << parallel.optimizer.distributed << " overlap reduce " << parallel.optimizer.overlap_grad_reduce << " gather "
+      << parallel.optimizer.overlap_param_gather;
     return o.str();
   }
 };
@@ -76,6 +79,15 @@ rc::Gen<Layout> layouts() {
     p.microbatches = (p.pp > 1 ? p.pp : 1) * *rc::gen::inRange(1, 3);
     l.options.routing_skew = moe && p.ep > 1 ? *rc::gen::element(0.0, 0.0, 1.2) : 0.0;
     l.gpus_per_node = *rc::gen::element(2, 4, 8);
+    // The gradient sync: the engine's end-of-step all-reduce, or Megatron's DDP on a stream of its
+    // own, with or without the distributed optimizer and its overlapped reduce and gather.
+    if (*rc::gen::arbitrary<bool>()) {
+      auto& o = p.optimizer;
+      o.sync = hs::GradSync::Megatron;
+      o.distributed = *rc::gen::arbitrary<bool>();
+      o.overlap_grad_reduce = *rc::gen::arbitrary<bool>();
+      o.overlap_param_gather = o.distributed && o.overlap_grad_reduce && *rc::gen::arbitrary<bool>();
+    }
     return l;
   });
 }

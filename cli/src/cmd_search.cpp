@@ -83,7 +83,7 @@ Setup setup_of(const Setup& base, const SearchArgs& a, const Candidate& c) {
   hs::check_layout(parsed, s.dims, s.parallel);
   s.options = hs::ScheduleOptions{};
   s.options.overlap = c.overlap;
-  s.options.delay_wgrad = c.overlap;
+  s.options.delay_wgrad = c.overlap && !s.parallel.optimizer.fsdp;  // Megatron-FSDP refuses delayed wgrad
   s.options.fold = true;
   a.physics.apply(s.options);
   s.options.nvlink_domain = s.platform.gpus_per_node;

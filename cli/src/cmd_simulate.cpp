@@ -206,7 +206,7 @@ void check_plan_size_of(const Setup& s, const std::string& label) {
 // Overlap forced on or off for one column; delayed wgrad follows the user's flags.
 Setup with_overlap(Setup s, const ScheduleFlags& flags, bool overlap) {
   s.options.overlap = overlap;
-  s.options.delay_wgrad = overlap && !flags.delay_off;
+  s.options.delay_wgrad = overlap && !flags.delay_off && (flags.delay_on || !s.parallel.optimizer.fsdp);
   return s;
 }
 

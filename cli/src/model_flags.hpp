@@ -265,7 +265,8 @@ struct ScheduleFlags {
     if (delay_on && delay_off) throw UsageError("--delay-wgrad and --no-delay-wgrad contradict each other");
     schedule::ScheduleOptions o = options;
     o.overlap = overlap_on || (!overlap_off && config.ep > 1 && mtp_depths == 0);
-    o.delay_wgrad = delay_on || (!delay_off && o.overlap);
+    // Delayed weight gradients come with the overlap, except under Megatron-FSDP, which refuses them.
+    o.delay_wgrad = delay_on || (!delay_off && o.overlap && !config.optimizer.fsdp);
     return o;
   }
 };
@@ -279,7 +280,7 @@ inline void add_overlap_flags(CLI::App& sub, ScheduleFlags& flags) {
       ->group(group);
   sub.add_flag("--no-overlap", flags.overlap_off, "sequential schedule")->group(group);
   sub.add_flag("--delay-wgrad", flags.delay_on,
-               "delayed weight-gradient (W) nodes (default: on with overlap)")
+               "delayed weight-gradient (W) nodes (default: on with overlap, but not with --fsdp, which refuses them)")
       ->group(group);
   sub.add_flag("--no-delay-wgrad", flags.delay_off, "weight gradients inside backward")->group(group);
 }

@@ -944,8 +944,8 @@ void check_schedule_config(const patterns::ParsedPattern& pattern, const ModelDi
   check_recompute(pattern, config, options);
   if (config.optimizer.fsdp && options.delay_wgrad)
     reject(ErrorCode::BadConfig,
-           "Megatron-FSDP with delayed weight gradients (and so with the EP overlap) is not described yet; turn "
-           "them off");
+           "Megatron-FSDP does not take delayed weight gradients (Megatron-LM refuses delay_wgrad_compute with "
+           "Megatron-FSDP); use --no-delay-wgrad (the EP overlap runs without them)");
   check_layout(pattern, dims, config);
 }
 

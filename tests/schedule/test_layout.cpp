@@ -537,10 +537,20 @@ TEST_CASE("Megatron-FSDP gathers each unit before its forward and backward and r
   CHECK(m.weights == Approx(2 * (total / 2 + 2 * largest)));
   CHECK(m.gradients == Approx(4 * (total / 2 + largest)));
   CHECK(m.optimizer == Approx(12 * total / 2));
-  // Delayed weight gradients (the EP overlap's) are refused with FSDP.
+  // Delayed weight gradients are refused with FSDP, as Megatron-LM refuses them; the EP overlap
+  // runs without them, each unit still gathered before every microbatch's forward and backward.
   ParallelConfig moe = grid(1, 1, 2, 1, 2, 2);
   moe.optimizer = c.optimizer;
-  CHECK_THAT(build_error("[*E][*E]", moe, options(true, true), d), Catch::Contains("Megatron-FSDP with delayed"));
+  CHECK_THAT(build_error("[*E][*E]", moe, options(true, true), d),
+             Catch::Contains("Megatron-FSDP does not take delayed weight gradients") && Catch::Contains("--no-delay-wgrad"));
+  const Plan overlapped = make_plan("[*E][*E]", moe, options(true, false), d);
+  CHECK(overlapped.overlap);
+  int layer_gathers = 0;
+  for (const Node& n : overlapped.nodes)
+    layer_gathers += n.rank == 0 && n.slot == Slot::ParamGather && n.layer >= 0;
+  // 4 units (embedding, two layers, output; the experts' group has one member: nothing to gather)
+  // x 2 microbatches x (forward, backward).
+  CHECK(layer_gathers == 4 * 2 * 2);
 }
 
 TEST_CASE("plans with tp > 1 pass the structural and deadlock checks and the engines refuse them",

@@ -10,8 +10,6 @@
 //   hybrid-twin --check-args-from FILE       one JSON array of arguments per line, each parsed on
 //                                            its own; prints "ok" or "error: ..." per line, exits
 //                                            1 if any failed (one process: the libraries load once).
-#include <fcntl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,6 +24,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "ht/io/child_process.hpp"
 #include "command.hpp"
 #include "megatron_args.hpp"
 #include "plugins.hpp"
@@ -96,33 +95,6 @@ std::string helper_path(const std::string& command) {
   return "";
 }
 
-// Runs `path args` and returns its exit status (-1 if it could not run), its stderr in `err`.
-int run_capture(const std::string& path, const std::vector<std::string>& args, std::string& err) {
-  int fds[2];
-  if (pipe(fds) != 0) return -1;
-  const pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    dup2(fds[1], 2);
-    const int null = open("/dev/null", O_WRONLY);
-    if (null >= 0) dup2(null, 1);
-    close(fds[0]);
-    std::vector<char*> argv;
-    argv.push_back(const_cast<char*>(path.c_str()));
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(path.c_str(), argv.data());
-    _exit(127);
-  }
-  close(fds[1]);
-  char buf[4096];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) err.append(buf, static_cast<std::size_t>(n));
-  close(fds[0]);
-  int status = 0;
-  if (waitpid(pid, &status, 0) < 0) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 }  // namespace
 }  // namespace ht::cli
 
@@ -151,7 +123,7 @@ int check_args_from(CLI::App& app, const std::string& file) {
       std::vector<std::string> check{"--check-args"};
       check.insert(check.end(), args.begin(), args.end());
       std::string err;
-      const int rc = ht::cli::run_capture(helper, check, err);
+      const int rc = ht::io::run_capture_stderr(helper, check, err);
       if (rc != 0) verdict = rc == 2 ? err.substr(0, err.find('\n')) : "error: " + helper + " did not answer";
     } else {
       std::reverse(args.begin(), args.end());  // CLI11 takes a vector's arguments from its back

@@ -15,6 +15,7 @@
 #include <iomanip>
 #include <sstream>
 
+#include "ht/io/child_process.hpp"
 #include "ht/io/process_memory.hpp"
 #include "ht/patterns/pattern.hpp"
 #include "ht/schedule/flops.hpp"
@@ -328,28 +329,16 @@ std::vector<nlohmann::json> parallel_map(
   if (shared == MAP_FAILED) throw std::runtime_error(std::string("mmap: ") + std::strerror(errno));
   auto* next_item = static_cast<std::size_t*>(shared);
   *next_item = 0;
-  std::fflush(nullptr);
   for (int w = 0; w < workers; ++w) {
-    int fds[2];
-    if (pipe(fds) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
-    const pid_t pid = fork();
-    if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
-    if (pid == 0) {
-      close(fds[0]);
-      for (std::size_t k; (k = __atomic_fetch_add(next_item, 1, __ATOMIC_RELAXED)) < items.size();) {
-        std::string line = std::to_string(k) + " " + fn(items[static_cast<std::size_t>(k)]).dump() + "\n";
-        for (std::size_t done = 0; done < line.size();) {
-          const ssize_t n = write(fds[1], line.data() + done, line.size() - done);
-          if (n < 0 && errno == EINTR) continue;
-          if (n <= 0) _exit(3);
-          done += static_cast<std::size_t>(n);
-        }
-      }
-      close(fds[1]);
-      _exit(0);
-    }
-    close(fds[1]);
-    ws[static_cast<std::size_t>(w)] = {pid, fds[0], {}};
+    const io::Child child = io::spawn_child(
+        [&](int fd) {
+          for (std::size_t k; (k = __atomic_fetch_add(next_item, 1, __ATOMIC_RELAXED)) < items.size();) {
+            const std::string line = std::to_string(k) + " " + fn(items[static_cast<std::size_t>(k)]).dump() + "\n";
+            if (!io::write_all(fd, line.data(), line.size())) ::_exit(3);
+          }
+        },
+        "worker process");
+    ws[static_cast<std::size_t>(w)] = {child.pid, child.fd, {}};
   }
   std::size_t received = 0;
   double next_report = 1;  // seconds: one progress line, redrawn at most once a second
@@ -370,8 +359,7 @@ std::vector<nlohmann::json> parallel_map(
       for (const auto& p : polls) ready = ready || (p.fd == w.fd && p.revents != 0);
       if (!ready) continue;
       char chunk[65536];
-      const ssize_t n = read(w.fd, chunk, sizeof chunk);
-      if (n < 0 && errno == EINTR) continue;
+      const long n = io::read_some(w.fd, chunk, sizeof chunk);
       if (n <= 0) {
         close(w.fd);
         w.fd = -1;
@@ -404,10 +392,8 @@ std::vector<nlohmann::json> parallel_map(
   }
   bool failed = false;
   for (const auto& w : ws) {
-    int status = 0;
-    while (waitpid(w.pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    failed = failed || !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+    const int status = io::wait_child(w.pid);
+    failed = failed || status < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0;
   }
   munmap(shared, sizeof(std::size_t));
   progress.clear();

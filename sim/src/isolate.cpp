@@ -10,6 +10,7 @@
 #include <cstring>
 #include <iostream>
 
+#include "ht/io/child_process.hpp"
 #include "raw_replay.hpp"
 
 namespace ht::sim::detail {
@@ -93,51 +94,30 @@ RawReplay decode(const std::string& in) {
 
 RawReplay simulate_isolated(const schedule::Plan& plan, const PlatformSpec& platform, const CostModel& costs,
                             const ReplayOptions& options) {
-  int fds[2];
-  if (pipe(fds) != 0) os_failure("pipe");
   std::cout.flush();
   std::cerr.flush();
-  std::fflush(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) os_failure("fork");
-  if (pid == 0) {
-    close(fds[0]);
-    RawReplay raw;
-    try {
-      raw = simulate(plan, platform, costs, options);
-    } catch (const std::exception& e) {
-      raw.failed = true;
-      raw.message = e.what();
-    }
-    const std::string bytes = encode(raw);
-    std::size_t sent = 0;
-    while (sent < bytes.size()) {
-      ssize_t n = write(fds[1], bytes.data() + sent, bytes.size() - sent);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) _exit(3);
-      sent += static_cast<std::size_t>(n);
-    }
-    close(fds[1]);
-    std::fflush(nullptr);
-    _exit(0);  // no destructors or atexit handlers of the parent's state in the child
-  }
-  close(fds[1]);
+  const io::Child child = io::spawn_child(
+      [&](int fd) {
+        RawReplay raw;
+        try {
+          raw = simulate(plan, platform, costs, options);
+        } catch (const std::exception& e) {
+          raw.failed = true;
+          raw.message = e.what();
+        }
+        const std::string bytes = encode(raw);
+        if (!io::write_all(fd, bytes.data(), bytes.size())) ::_exit(3);
+      },
+      "simulation process");
   std::string bytes;
-  char buf[1 << 16];
-  for (;;) {
-    ssize_t n = read(fds[0], buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      close(fds[0]);
-      os_failure("read");
-    }
-    if (n == 0) break;
-    bytes.append(buf, static_cast<std::size_t>(n));
+  try {
+    bytes = io::read_all(child.fd, "simulation process");
+  } catch (...) {
+    io::wait_child(child.pid);
+    throw;
   }
-  close(fds[0]);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) os_failure("waitpid");
+  const int status = io::wait_child(child.pid);
+  if (status < 0) os_failure("waitpid");
   if (WIFSIGNALED(status))
     throw SimError(SimErrorCode::BadPlatform,
                    "the simulation stopped inside SimGrid (signal " + std::to_string(WTERMSIG(status)) +

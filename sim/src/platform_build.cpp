@@ -26,6 +26,7 @@
 #include <simgrid/s4u/Link.hpp>
 #include <simgrid/s4u/NetZone.hpp>
 
+#include "ht/io/child_process.hpp"
 #include "ht/io/error.hpp"
 #include "ht/io/input_file.hpp"
 #include "ht/sim/error.hpp"
@@ -220,48 +221,38 @@ void check_routes(const schedule::Plan& plan, const std::vector<sg4::Host*>& hos
   // SimGrid crashes (SIGSEGV in a Full zone) when asked for a route the file does not define, so
   // the lookups run in a process of their own that reports each pair before looking it up: if it
   // dies, the last pair it named has no route.
-  int fds[2];
-  if (::pipe(fds) != 0) return;  // no check possible; the replay still reports a crash
-  std::fflush(nullptr);
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    ::close(fds[0]);
-    ::close(fds[1]);
-    return;
+  io::Child child;
+  try {
+    child = io::spawn_child(
+        [&](int fd) {
+          const int devnull = ::open("/dev/null", O_WRONLY);
+          if (devnull >= 0) ::dup2(devnull, 2);  // SimGrid's crash report would only repeat ours
+          for (std::size_t i = 0; i < pairs.size(); ++i) {
+            std::int64_t record[2] = {static_cast<std::int64_t>(i), 0};
+            if (!io::write_all(fd, record, sizeof record)) ::_exit(3);
+            std::vector<sg4::Link*> links;
+            double latency = 0;
+            hosts[pairs[i].first]->route_to(hosts[pairs[i].second], links, &latency);
+            if (links.empty() && latency == 0) {
+              record[1] = 1;  // an empty route: no path
+              if (!io::write_all(fd, record, sizeof record)) ::_exit(3);
+              return;
+            }
+          }
+        },
+        "route check");
+  } catch (const std::runtime_error&) {
+    return;  // no check possible; the replay still reports a crash
   }
-  if (pid == 0) {
-    ::close(fds[0]);
-    const int devnull = ::open("/dev/null", O_WRONLY);
-    if (devnull >= 0) ::dup2(devnull, 2);  // SimGrid's crash report would only repeat ours
-    for (std::size_t i = 0; i < pairs.size(); ++i) {
-      std::int64_t record[2] = {static_cast<std::int64_t>(i), 0};
-      if (::write(fds[1], record, sizeof record) != sizeof record) ::_exit(3);
-      std::vector<sg4::Link*> links;
-      double latency = 0;
-      hosts[pairs[i].first]->route_to(hosts[pairs[i].second], links, &latency);
-      if (links.empty() && latency == 0) {
-        record[1] = 1;  // an empty route: no path
-        if (::write(fds[1], record, sizeof record) != sizeof record) ::_exit(3);
-        ::_exit(0);
-      }
-    }
-    ::_exit(0);
-  }
-  ::close(fds[1]);
   std::int64_t record[2] = {-1, 0}, last = -1;
   bool empty_route = false;
-  for (;;) {
-    const ssize_t n = ::read(fds[0], record, sizeof record);
-    if (n < 0 && errno == EINTR) continue;
-    if (n != static_cast<ssize_t>(sizeof record)) break;
+  while (io::read_some(child.fd, record, sizeof record) == static_cast<long>(sizeof record)) {
     last = record[0];
     empty_route = empty_route || record[1] == 1;
   }
-  ::close(fds[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  const bool crashed = WIFSIGNALED(status);
+  ::close(child.fd);
+  const int status = io::wait_child(child.pid);
+  const bool crashed = status >= 0 && WIFSIGNALED(status);
   if ((crashed || empty_route) && last >= 0) {
     const auto [a, b] = pairs[static_cast<std::size_t>(last)];
     throw SimError(SimErrorCode::BadPlatform, "'" + source + "' has no route from " + hosts[a]->get_name() + " to " +

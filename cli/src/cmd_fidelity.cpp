@@ -30,6 +30,7 @@
 
 #include "command.hpp"
 #include "ht/io/json_input.hpp"
+#include "process_pool.hpp"
 #include "whatif.hpp"
 
 namespace ht::cli {

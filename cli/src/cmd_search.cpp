@@ -37,6 +37,7 @@
 #include "model_flags.hpp"
 #include "megatron_args.hpp"
 #include "merge_schema.hpp"
+#include "process_pool.hpp"
 #include "whatif.hpp"
 
 namespace ht::cli {

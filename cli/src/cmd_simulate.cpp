@@ -28,6 +28,7 @@
 #include "model_flags.hpp"
 #include "megatron_args.hpp"
 #include "sweep_axis.hpp"
+#include "process_pool.hpp"
 #include "whatif.hpp"
 
 namespace ht::cli {

@@ -113,16 +113,6 @@ bool fits(const Run& r);
 // What `simulate --json` prints (docs/twin.md lists the keys).
 nlohmann::json summary_json(const Run& r);
 
-// Runs fn(i) for every i in `items` in `workers` forked processes (the parent never runs
-// SimGrid, so every child starts from the same state and results do not depend on the split);
-// a progress line named `what` on stderr, redrawn at most once a second ("" for none). Results
-// in the order of `items`. Throws std::runtime_error when a worker dies.
-// `describe`, when given, adds to the progress line: it gets the results so far (null where
-// none has arrived) and is asked at most once a second.
-std::vector<nlohmann::json> parallel_map(
-    const std::vector<int>& items, int workers, const std::string& what, const std::function<nlohmann::json(int)>& fn,
-    const std::function<std::string(const std::vector<nlohmann::json>&)>& describe = {});
-
 std::string ms(double seconds);    // "12.345 ms"
 std::string pct(double fraction);  // "12.3 %"
 std::string gib(double bytes);     // "12.3 GiB"

@@ -62,12 +62,30 @@ const std::set<std::string>& known_metrics() {
   return keys;
 }
 
+// A row is one `simulate --json`: options that write files, print something else or run several
+// simulations are refused, in a row's arguments and in --extra.
+template <class Bad>
+void check_row_args(const std::vector<std::string>& args, const std::string& where, const Bad& bad) {
+  static const char* const kRefused[] = {"--trace", "--svg", "--json", "--sweep", "--compare-grouping",
+                                         "--help", "-h", "-j", "--jobs"};
+  for (const std::string& a : args)
+    for (const char* r : kRefused) {
+      const std::string flag = r;
+      if (a == flag || a.rfind(flag + "=", 0) == 0)
+        throw bad(where + ": '" + flag + "' is not allowed (a row is one simulate --json that writes no file)");
+    }
+}
+
 std::vector<Row> read_rows(const nlohmann::json& doc, const std::string& source,
                            std::vector<std::array<std::string, 3>>& gains) {
   auto bad = [&](const std::string& why) { return UsageError(source + ": " + why); };
   if (!doc.is_object() || doc.value("format", "") != "hybrid-twin-fidelity")
     throw bad("not a fidelity file (\"format\": \"hybrid-twin-fidelity\" expected)");
-  if (doc.value("version", 0) != 1) throw bad("unsupported version (1 expected)");
+  if (!doc.contains("version") || !doc["version"].is_number_integer() || doc["version"].get<long long>() != 1)
+    throw bad("unsupported version (1 expected)");
+  for (const auto& [key, value] : doc.items())
+    if (key != "format" && key != "version" && key != "about" && key != "description" && key != "runs" && key != "gains")
+      throw bad("unknown top-level field '" + key + "' (format, version, about, description, runs, gains)");
   if (!doc.contains("runs") || !doc["runs"].is_array() || doc["runs"].empty()) throw bad("\"runs\" must be a non-empty array");
   std::vector<Row> rows;
   std::set<std::string> ids;
@@ -75,6 +93,10 @@ std::vector<Row> read_rows(const nlohmann::json& doc, const std::string& source,
     Row row;
     if (!r.is_object() || !r.contains("id") || !r["id"].is_string()) throw bad("every run needs a string \"id\"");
     row.id = r["id"].get<std::string>();
+    for (const auto& [key, value] : r.items())
+      if (key != "id" && key != "group" && key != "source" && key != "note" && key != "unsupported" && key != "rank" &&
+          key != "measured" && key != "args")
+        throw bad("run '" + row.id + "': unknown field '" + key + "' (id, group, source, note, rank, measured, args, unsupported)");
     if (!ids.insert(row.id).second) throw bad("run id '" + row.id + "' appears twice");
     auto text = [&](const char* key) {
       if (!r.contains(key)) return std::string();
@@ -98,6 +120,8 @@ std::vector<Row> read_rows(const nlohmann::json& doc, const std::string& source,
         throw bad("run '" + row.id + "': measured '" + key + "' must be a positive number");
       row.measured.emplace_back(key, value.get<double>());
     }
+    if (!row.unsupported.empty() && r.contains("args"))
+      throw bad("run '" + row.id + "' has both \"args\" and \"unsupported\"; give one");
     if (row.unsupported.empty()) {
       if (!r.contains("args") || !r["args"].is_array() || r["args"].empty())
         throw bad("run '" + row.id + "' needs \"args\" (simulate's arguments) or \"unsupported\"");
@@ -105,6 +129,7 @@ std::vector<Row> read_rows(const nlohmann::json& doc, const std::string& source,
         if (!a.is_string()) throw bad("run '" + row.id + "': every argument must be a string");
         row.args.push_back(a.get<std::string>());
       }
+      check_row_args(row.args, "run '" + row.id + "'", bad);
     }
     rows.push_back(std::move(row));
   }
@@ -178,6 +203,7 @@ int run(const FidelityArgs& a) {
                                                  : "fidelity file '" + a.runs_file + "'";
   const nlohmann::json doc = a.runs_file.empty() ? io::parse_json(kPublicRuns, source)
                                                  : io::read_json_file(a.runs_file, 16ull << 20, "fidelity file");
+  check_row_args(a.extra, "--extra", [](const std::string& why) { return UsageError(why); });
   std::vector<std::array<std::string, 3>> gains;
   std::vector<Row> rows = read_rows(doc, source, gains);
   if (!a.filter.empty()) {
@@ -204,6 +230,14 @@ int run(const FidelityArgs& a) {
     if (!r.unsupported.empty()) {
       j["unsupported"] = r.unsupported;
     } else if (predicted[r.id].contains("error")) {
+      j["error"] = predicted[r.id]["error"];
+      ++failed;
+    } else if (const auto missing = std::find_if(r.measured.begin(), r.measured.end(), [&](const std::pair<std::string, double>& m) {
+                 const auto& p = predicted[r.id];
+                 return !p.contains(m.first) || !p[m.first].is_number() || !std::isfinite(p[m.first].get<double>());
+               });
+               missing != r.measured.end()) {
+      predicted[r.id] = {{"error", "the simulation gave no number for '" + missing->first + "'"}};
       j["error"] = predicted[r.id]["error"];
       ++failed;
     } else {

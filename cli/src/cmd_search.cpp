@@ -401,7 +401,7 @@ std::string shell_quote(const std::string& s) {
 
 std::string job_command(const SearchArgs& a, const Setup& base, const Candidate& c, const std::string& out) {
   std::ostringstream o;
-  o << "mkdir -p " << shell_quote(a.jobs_dir) << " && " << shell_quote(a.bin) << " simulate";
+  o << "mkdir -p -- " << shell_quote(a.jobs_dir) << " && " << shell_quote(a.bin) << " simulate";
   if (!a.model.model_file.empty()) o << " --model " << shell_quote(a.model.model_file);
   if (a.model.preset != "default") o << " --preset " << shell_quote(a.model.preset);
   for (const auto& [name, option] : a.model.options)
@@ -427,11 +427,22 @@ int run_search(const SearchArgs& a) {
   if (a.top < 1) throw UsageError("--top must be at least 1");
   if (a.jobs < 1 || a.jobs > 256) throw UsageError("-j must be between 1 and 256");
   // Each size in the lists where it enters: a zero would divide the world by zero below.
-  const auto at_least = [](const std::vector<int>& list, const char* flag, int min) {
+  // A value listed twice would search (and list) its layouts twice.
+  const auto once = [](const auto& list, const char* flag) {
+    for (std::size_t i = 0; i < list.size(); ++i)
+      for (std::size_t j = 0; j < i; ++j)
+        if (list[i] == list[j]) {
+          std::ostringstream v;
+          v << list[i];
+          throw UsageError(std::string(flag) + " holds '" + v.str() + "' twice; list each value once");
+        }
+  };
+  const auto at_least = [&](const std::vector<int>& list, const char* flag, int min) {
     for (int v : list)
       if (v < min)
         throw UsageError(std::string(flag) + " holds " + std::to_string(v) + "; every value must be >= " +
                          std::to_string(min));
+    once(list, flag);
   };
   at_least(a.tp, "--tp-list", 1);
   at_least(a.cp, "--cp-list", 1);
@@ -440,7 +451,20 @@ int run_search(const SearchArgs& a) {
   at_least(a.ep, "--ep-list", 1);
   at_least(a.etp, "--etp-list", 1);
   at_least(a.mbs, "--mbs-list", 1);
+  once(a.recompute, "--recompute-list");
+  once(a.overlap, "--overlap-list");
   if (a.jobs_dir.empty()) throw UsageError("--jobs-dir is empty");
+  // The emitted commands run under a shell, one per line: the program and the folder must be a
+  // name a shell line can hold (quoted), and the folder must not be the jobs file itself.
+  if (!a.emit_jobs.empty()) {
+    if (a.bin.empty()) throw UsageError("--bin is empty; name the hybrid-twin the emitted commands call");
+    for (const auto& [flag, value] : {std::pair<const char*, const std::string&>{"--bin", a.bin}, {"--jobs-dir", a.jobs_dir}})
+      for (unsigned char ch : value)
+        if (ch < 0x20 || ch == 0x7f)
+          throw UsageError(std::string(flag) + " '" + value +
+                           "' holds a control character; the jobs file holds one command per line");
+    io::check_distinct_outputs({{a.emit_jobs, "--emit-jobs"}, {a.jobs_dir, "--jobs-dir"}});
+  }
   Setup base;
   const hs::ModelCard card = a.model.resolve_card();
   base.model = card.name;
@@ -486,6 +510,11 @@ int run_search(const SearchArgs& a) {
   std::sort(reasons.begin(), reasons.end(), [](const auto& x, const auto& y) { return x.second > y.second; });
   for (std::size_t i = 0; i < reasons.size() && i < 5; ++i)
     std::cerr << "  " << std::setw(6) << reasons[i].second << "  " << reasons[i].first << "\n";
+  // Nothing left to rank is no answer (as a sweep whose every combination fails).
+  if (ok.empty())
+    throw UsageError("no layout of the " + std::to_string(all.size()) + " in the search space passes the rules and fits (" +
+                     std::to_string(n_refused) + " refused, " + std::to_string(too_big) +
+                     " do not fit); widen the lists, add GPUs or lower --memory-margin");
 
   if (!a.emit_jobs.empty()) {
     io::write_output_file(a.emit_jobs, "jobs file", [&](std::ostream& o) {
@@ -603,7 +632,8 @@ int run_merge(const MergeArgs& a) {
   int not_fitting = 0, failed = 0, duplicates = 0;
   std::string identity, identity_file;
   nlohmann::json identity_row;
-  std::set<std::string> seen, files_seen;
+  std::map<std::string, std::pair<double, std::string>> seen;  // result key -> (step, file)
+  std::set<std::string> files_seen;
   for (const auto& f : a.files) {
     std::error_code ec;
     const auto canonical = std::filesystem::weakly_canonical(std::filesystem::absolute(f, ec), ec).string();
@@ -632,13 +662,21 @@ int run_merge(const MergeArgs& a) {
       // The same result twice (a file given twice, a job run twice) is listed once.
       const std::string key = r["layout"].dump() + r["schedule"].dump() + (r.contains("physics") ? r["physics"].dump() : "") +
                               id;
-      if (!seen.insert(key).second) {
+      const auto [it, fresh] = seen.emplace(key, std::make_pair(r["step_time_s"].get<double>(), f));
+      if (!fresh) {
+        // The same layout with another step is not a repeat: one of the two was made elsewhere.
+        if (it->second.first != r["step_time_s"].get<double>())
+          throw UsageError("'" + f + "' and '" + it->second.second + "' hold the same layout with different step times (" +
+                           ms(r["step_time_s"].get<double>()) + " vs " + ms(it->second.first) +
+                           "); they are not results of one run");
         ++duplicates;
         continue;
       }
       results.push_back(r);
     }
   }
+  if (results.empty() && not_fitting == 0 && failed == 0)
+    throw UsageError("the files hold no result to rank (an empty 'results' list)");
   sort_results(results, a.order == "gpu-hours");
   std::cerr << "merge: " << results.size() << " results from " << a.files.size() << " files"
             << (not_fitting > 0 ? ", " + std::to_string(not_fitting) + " that do not fit left out" : std::string())

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
@@ -46,6 +47,22 @@ inline CLI::Validator number_above(double low, bool strict) {
 // An output path: given, it must name something (an empty one is not "no output").
 inline const CLI::Validator kOutputPath = CLI::Validator(
     [](std::string& in) -> std::string { return in.empty() ? "an empty path: give a file name" : ""; }, "PATH");
+// A number in [low, high]: for values whose products would overflow to infinity (a margin of
+// 1e300 GiB, a price of 1e300 an hour) the bound is far beyond any real one.
+inline CLI::Validator number_between(double low, double high) {
+  char text[64];
+  std::snprintf(text, sizeof text, "in [%g, %g]", low, high);
+  const std::string range = text;
+  return CLI::Validator(
+      [low, high, range](std::string& in) -> std::string {
+        const std::string shown = in.size() > 40 ? in.substr(0, 40) + "..." : in;
+        double v = 0;
+        if (!CLI::detail::lexical_cast(in, v)) return "'" + shown + "' is not a number";
+        if (!(v >= low && v <= high)) return "Value " + shown + " must be " + range;
+        return "";
+      },
+      "NUMBER " + range);
+}
 inline const CLI::Validator kNonNegative = number_above(0, false);
 inline const CLI::Validator kPositive = number_above(0, true);
 

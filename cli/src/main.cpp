@@ -213,12 +213,26 @@ int main(int argc, char** argv) {
     app.parse(reversed);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
-    std::cerr << "error: " << ht::cli::printable(e.what()) << "\n";
+    // One line: the reason, a hint where one applies, and where the usage is.
+    std::string line = "error: " + ht::cli::printable(e.what());
     if (const std::string hint = ht::cli::dash_pattern_hint(argc, argv); !hint.empty())
-      std::cerr << "note: " << ht::cli::printable(hint) << "\n";
-    std::cerr << "run 'hybrid-twin --help' or 'hybrid-twin <command> --help' for usage\n";
+      line += " (" + ht::cli::printable(hint) + ")";
+    std::string command = "<command>";
+    for (CLI::App* sub : app.get_subcommands({}))
+      if (args.size() > 1 && sub->get_name() == args[1]) command = args[1];
+    std::cerr << line << "; see 'hybrid-twin " << command << " --help'\n";
     return 2;
   }
+  // A value option given an empty value ('--gated-ffn ""') would read as 0 or as not given: refused.
+  for (CLI::App* sub : app.get_subcommands({}))
+    if (sub->parsed())
+      for (const CLI::Option* opt : sub->get_options())
+        if (opt->get_type_size() > 0)
+          for (const std::string& value : opt->results())
+            if (value.empty()) {
+              std::cerr << "error: " << opt->get_name() << " was given an empty value; give one or leave the option out\n";
+              return 2;
+            }
   if (check_args) return 0;
   try {
     for (auto& [sub, action] : actions)

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <sstream>
+#include <string_view>
 
 #include "command.hpp"
 
@@ -13,25 +14,34 @@ void check_result(const std::string& f, const nlohmann::json& r, bool needs_rate
   auto bad = [&](const std::string& what) { throw UsageError("'" + f + "': " + what); };
   if (!r.is_object() || !r.contains("step_time_s") || !r.contains("layout"))
     bad("not the JSON of `simulate --json` or `search --json` (no step_time_s/layout)");
-  auto positive = [&](const char* k) {
-    if (!r.contains(k) || !r[k].is_number() || !std::isfinite(r[k].get<double>()) || !(r[k].get<double>() > 0))
-      bad(std::string(k) + " is missing or not a positive number");
+  // Each figure within what a step can be (1e12 bounds every seconds, GiB and tokens/s figure far
+  // beyond a real one, so that sums and products stay finite in the table).
+  auto within = [&](const char* k, double low, bool strict, double high) {
+    const bool ok = r.contains(k) && r[k].is_number() && (strict ? r[k].get<double>() > low : r[k].get<double>() >= low) &&
+                    r[k].get<double>() <= high;
+    if (!ok) {
+      std::ostringstream range;
+      range << (strict ? "(" : "[") << low << ", " << high << "]";
+      bad(std::string(k) + (r.contains(k) ? " = " + r[k].dump().substr(0, 40) : std::string(" is missing")) +
+          "; expected a number in " + range.str());
+    }
   };
-  auto number = [&](const char* k) {
-    if (!r.contains(k) || !r[k].is_number() || !std::isfinite(r[k].get<double>()) || r[k].get<double>() < 0)
-      bad(std::string(k) + " is missing or not a number >= 0");
-  };
+  auto positive = [&](const char* k) { within(k, 0, true, 1e12); };
   positive("step_time_s");
   positive("tokens_per_s");
-  for (const char* k : {"mfu", "memory_gib", "a2a_hidden_fraction"}) number(k);
+  within("memory_gib", 0, false, 1e12);
+  within("mfu", 0, false, 1);
+  within("a2a_hidden_fraction", 0, false, 1);
   if (!r.contains("schedule") || !r["schedule"].is_string()) bad("schedule is missing or not a string");
   const nlohmann::json& l = r["layout"];
   if (!l.is_object()) bad("layout is not an object");
-  for (const char* k : {"tp", "cp", "pp", "vpp", "ep", "etp", "dp", "mbs", "microbatches"}) {
+  for (const char* k : {"tp", "cp", "pp", "vpp", "ep", "etp", "dp", "mbs", "microbatches", "gbs", "seq_len"}) {
     if (!l.contains(k) || !l[k].is_number()) bad(std::string("layout.") + k + " is missing or not a number");
     const double v = l[k].get<double>();
-    if (!(v >= 0 && v < 2147483648.0) || v != std::floor(v))
-      bad(std::string("layout.") + k + " = " + l[k].dump().substr(0, 40) + " is not a whole number of ranks");
+    const double least = std::string_view(k) == "vpp" ? 0 : 1;  // vpp 0: no interleaving
+    if (!(v >= least && v < 2147483648.0) || v != std::floor(v))
+      bad(std::string("layout.") + k + " = " + l[k].dump().substr(0, 40) + " is not a whole number >= " +
+          (least == 0 ? "0" : "1"));
   }
   if (!l.contains("recompute") || !l["recompute"].is_string()) bad("layout.recompute is missing or not a string");
   if (needs_rate) positive("gpus");

@@ -246,7 +246,7 @@ inline void add_physics_flags(CLI::App& sub, PhysicsFlags& f) {
                  "GiB of HBM to keep free on every GPU beyond the counted runtime overhead (CUDA context, NCCL "
                  "and DeepEP buffers): allocator fragmentation, spikes; a layout fits when tensors + overhead + "
                  "margin <= HBM")
-      ->check(kNonNegative)
+      ->check(number_between(0, 1e6))
       ->capture_default_str()
       ->group(group);
 }

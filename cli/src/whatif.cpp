@@ -152,7 +152,7 @@ void add_train_budget_flags(CLI::App& sub, TrainBudgetFlags& f) {
       sub.add_option("--train-tokens", f.tokens_text, "token budget (300B, 1T, 2.5e12): days and GPU-hours to train it")
           ->group(group);
   sub.add_option("--gpu-hour-price", f.budget.gpu_hour_price, "price of one GPU-hour: the cost of --train-tokens")
-      ->check(kNonNegative)
+      ->check(number_between(0, 1e6))
       ->group(group);
 }
 

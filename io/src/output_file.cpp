@@ -44,6 +44,15 @@ std::string resolve_target(const std::string& path, const std::string& what) {
     return path;
   }
   if (S_ISLNK(st.st_mode)) {
+    // /dev/stdout, /dev/fd/N, /proc/self/fd/N: a stream of this process, not a file to replace (a
+    // rename would put the output over whatever the stream was redirected to, and drop the rest).
+    char link[PATH_MAX];
+    const ssize_t n = ::readlink(path.c_str(), link, sizeof link - 1);
+    const std::string target_text = n > 0 ? std::string(link, static_cast<std::size_t>(n)) : std::string();
+    if (path.rfind("/dev/", 0) == 0 || path.rfind("/proc/", 0) == 0 || target_text.rfind("/proc/", 0) == 0)
+      throw IoError(IoErrorCode::NotRegular, what + " " + quote_path(path) +
+                                                 " is a stream of this process, not a file; refusing to write through "
+                                                 "it (give a file path)");
     struct stat to {};
     if (::stat(path.c_str(), &to) != 0)
       throw IoError(IoErrorCode::NotRegular,

@@ -2,11 +2,13 @@
 // platform_build.cpp turns the validated spec into SimGrid zones.
 #include "ht/sim/platform.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <functional>
 #include <map>
 #include <sstream>
+#include <vector>
 
 #include "ht/sim/error.hpp"
 
@@ -230,6 +232,7 @@ PlatformSpec parse_platform(std::string_view text) {
   } else {
     spec = preset(head);
   }
+  std::vector<std::string_view> keys;  // a key given twice would leave only its last value
   while (!tail.empty()) {
     auto comma = tail.find(',');
     std::string_view item = tail.substr(0, comma);
@@ -237,7 +240,11 @@ PlatformSpec parse_platform(std::string_view text) {
     auto eq = item.find('=');
     if (eq == std::string_view::npos || eq == 0)
       fail("expected key=value in platform overrides, got '" + std::string(item) + "'");
-    set_platform_key(spec, item.substr(0, eq), item.substr(eq + 1));
+    const std::string_view key = item.substr(0, eq);
+    if (std::find(keys.begin(), keys.end(), key) != keys.end())
+      fail("platform key '" + std::string(key) + "' is given twice in '" + std::string(text) + "'; give it once");
+    keys.push_back(key);
+    set_platform_key(spec, key, item.substr(eq + 1));
   }
   check_size(spec);
   return spec;

@@ -134,11 +134,13 @@ Parsed parse(const std::vector<std::string>& all) {
 
 class Translator {
  public:
-  Translator(Parsed parsed, const schedule::ModelCard* card, bool vocab_typed)
+  Translator(Parsed parsed, const schedule::ModelCard* card, bool vocab_typed,
+             std::optional<std::string> typed_pattern)
       : a_(std::move(parsed.args)), off_(std::move(parsed.off)), world_(parsed.world), card_(card != nullptr),
         card_moe_(card && card->dims.num_experts > 0),
         card_mla_(card && card->pattern.find_first_of("+DCH") != std::string::npos),
-        vocab_typed_(vocab_typed) {}
+        card_mamba_(card && card->pattern.find('M') != std::string::npos),
+        vocab_typed_(vocab_typed), typed_pattern_(std::move(typed_pattern)) {}
 
   MegatronTranslation run() {
     for (const auto& [k, v] : a_)
@@ -170,12 +172,24 @@ class Translator {
   Args a_;
   std::vector<std::string> off_;
   int world_;
-  bool card_, card_moe_, card_mla_, vocab_typed_;
+  bool card_, card_moe_, card_mla_, card_mamba_, vocab_typed_;
+  std::optional<std::string> typed_pattern_;  // --pattern typed on the command line: it wins
   bool moe_ = false;  // the model has experts (the arguments' --num-experts, else the card's)
   std::set<std::string> consumed_;
   MegatronTranslation t_;
 
   bool has(const std::string& k) const { return a_.count(k) > 0; }
+  // Whether the model run has Mamba layers: the typed pattern's, else the file's hybrid pattern's,
+  // else none for a --num-layers (GPT) stack, else the card's. Read without marking anything used.
+  bool has_mamba() const {
+    if (typed_pattern_) return typed_pattern_->find('M') != std::string::npos;
+    for (const char* k : {"--hybrid-override-pattern", "--hybrid-layer-pattern"})
+      if (const auto it = a_.find(k); it != a_.end())
+        return std::any_of(it->second.begin(), it->second.end(),
+                           [](const std::string& v) { return v.find('M') != std::string::npos; });
+    if (has("--num-layers")) return false;
+    return card_mamba_;
+  }
   // The single value of k, marked used; nullopt when absent.
   std::optional<std::string> value(const std::string& k) {
     const auto it = a_.find(k);
@@ -357,7 +371,18 @@ class Translator {
       if (const auto g = int_value("--moe-router-group-topk")) emit("--router-group-topk", *g);
     }
     // Mamba-2 mixers (megatron/core/ssm/mamba_mixer.py defaults: state 128, head dim 64, 8 groups,
-    // heads = 2 x hidden / head dim); read when the arguments describe the model or state them.
+    // heads = 2 x hidden / head dim); read when the arguments describe the model or state them, and
+    // only for a model with Mamba layers: without one, Megatron builds no mixer and checks none of
+    // them (its derived heads, e.g. 2 x 2880 / 64 = 90, need not divide into 8 groups), so the
+    // arguments are reported ignored and the twin's own (unused) defaults stay.
+    if (has_mamba()) mamba();
+    if (const auto seq = int_value("--seq-length")) emit("--seq-len", *seq);
+    moe_ = experts ? *experts > 0 : card_moe_;
+    pattern(mla || card_mla_, moe_);
+  }
+
+  void mamba() {
+    const auto hidden = int_value("--hidden-size");
     const auto state = int_value("--mamba-state-dim");
     const auto mamba_head = int_value("--mamba-head-dim");
     const auto mamba_groups = int_value("--mamba-num-groups");
@@ -368,9 +393,6 @@ class Translator {
     field("--mamba-head-dim", mamba_head, 64);
     field("--mamba-groups", mamba_groups, 8);
     field("--mamba-num-heads", mamba_heads, 0);
-    if (const auto seq = int_value("--seq-length")) emit("--seq-len", *seq);
-    moe_ = experts ? *experts > 0 : card_moe_;
-    pattern(mla || card_mla_, moe_);
   }
 
   void pattern(bool mla, bool moe) {
@@ -464,6 +486,10 @@ class Translator {
         emit("--recompute-num-layers", *n);
       } else if (method && method != "uniform") {
         refuse("--recompute-method = '" + shown(*method) + "' (expected uniform or block)");
+      } else if (n && *n == 0) {
+        // Megatron's uniform method steps through the layers N at a time: N = 0 never advances.
+        refuse(std::string(method ? "--recompute-method uniform" : "--recompute-granularity full (uniform units)") +
+               " with --recompute-num-layers = 0: needs --recompute-num-layers N >= 1 (layers per recomputed unit)");
       } else if (n && *n > 1) {
         emit("--recompute-method", "uniform");
         emit("--recompute-num-layers", *n);
@@ -502,8 +528,8 @@ class Translator {
 }  // namespace
 
 MegatronTranslation translate_megatron_args(const std::string& text, const schedule::ModelCard* card,
-                                            bool vocab_typed) {
-  return Translator(parse(words(text)), card, vocab_typed).run();
+                                            bool vocab_typed, const std::optional<std::string>& typed_pattern) {
+  return Translator(parse(words(text)), card, vocab_typed, typed_pattern).run();
 }
 
 std::vector<std::string> expand_megatron_args(const std::vector<std::string>& argv,
@@ -543,12 +569,15 @@ std::vector<std::string> expand_megatron_args(const std::vector<std::string>& ar
   for (const std::string& s : rest)
     if (s.starts_with("--")) typed.insert(setting(s.substr(0, s.find('='))));
   std::optional<schedule::ModelCard> card;
+  std::optional<std::string> pattern;
   for (std::size_t i = 0; i < rest.size(); ++i) {
     if (rest[i] == "--model" && i + 1 < rest.size()) card = schedule::resolve_model(rest[i + 1]);
     if (rest[i].starts_with("--model=")) card = schedule::resolve_model(rest[i].substr(8));
+    if (rest[i] == "--pattern" && i + 1 < rest.size()) pattern = rest[i + 1];
+    if (rest[i].starts_with("--pattern=")) pattern = rest[i].substr(10);
   }
   const std::string text = io::read_input_file(file, 1 << 20, "Megatron arguments");
-  MegatronTranslation t = translate_megatron_args(text, card ? &*card : nullptr, typed.count("--vocab") > 0);
+  MegatronTranslation t = translate_megatron_args(text, card ? &*card : nullptr, typed.count("--vocab") > 0, pattern);
   std::vector<std::string> out{argv[0], argv[1]};
   for (std::size_t i = 0; i < t.args.size(); ++i) {
     const bool has_value = i + 1 < t.args.size() && !t.args[i + 1].starts_with("--");

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,10 +33,13 @@ struct MegatronTranslation {
 // `text` is the file's contents; `card` (or null) is the --model card that supplies the model, so
 // only the model fields the arguments state are emitted (otherwise Megatron's defaults fill the
 // rest) and a layer count builds the card's kind of layers (MoE, MLA) unless the arguments say;
-// `vocab_typed`: --vocab is typed on the command line, so an unknown vocabulary is no error.
+// `vocab_typed`: --vocab is typed on the command line, so an unknown vocabulary is no error;
+// `typed_pattern`: the --pattern typed on the command line (it wins over the file's), which decides
+// with the file's pattern whether the model has Mamba layers, whose arguments are read only then.
 // Throws UsageError naming the argument for input it cannot honour.
 MegatronTranslation translate_megatron_args(const std::string& text, const schedule::ModelCard* card,
-                                            bool vocab_typed = false);
+                                            bool vocab_typed = false,
+                                            const std::optional<std::string>& typed_pattern = std::nullopt);
 
 // Replaces `--megatron-args FILE` (or `--megatron-args=FILE`) in a plan/simulate/search command
 // line by the translation of FILE, dropping translated flags the command line gives itself, and

@@ -76,6 +76,10 @@ class Reader {
     }
     return out;
   }
+  // A field's value that breaks the family's rule: names the file, the field, the value and the rule.
+  [[noreturn]] void refuse(const char* k, long long v, const std::string& rule) const {
+    bad(where_ + ": \"" + k + "\" = " + std::to_string(v) + " " + rule);
+  }
   std::string family() const { return j_.value("model_type", std::string("?")); }
   std::vector<std::string> used() const { return {used_.begin(), used_.end()}; }
   std::vector<std::string> not_used() const {
@@ -115,13 +119,19 @@ void common(Reader& r, ModelDims& d) {
 }
 
 // Qwen-style MoE placement: layer i is MoE unless listed in mlp_only_layers, every
-// decoder_sparse_step-th layer.
+// decoder_sparse_step-th layer. A step of 0 (transformers divides by it) or a listed layer the
+// model does not have would silently change which layers are MoE: refused.
 std::vector<bool> qwen_moe_layers(Reader& r, int layers, bool moe) {
   const long long step = r.integer_or("decoder_sparse_step", 1);
+  if (step < 1) r.refuse("decoder_sparse_step", step, "must be >= 1 (every decoder_sparse_step-th layer is MoE)");
   const std::vector<long long> dense = r.integers_or_empty("mlp_only_layers");
+  for (const long long i : dense)
+    if (i < 0 || i >= layers)
+      r.refuse("mlp_only_layers", i,
+               "is not a layer: its entries must be in [0, num_hidden_layers - 1 = " + std::to_string(layers - 1) + "]");
   std::vector<bool> out(static_cast<std::size_t>(layers), false);
   for (int i = 0; i < layers; ++i)
-    out[static_cast<std::size_t>(i)] = moe && step > 0 && (i + 1) % step == 0 &&
+    out[static_cast<std::size_t>(i)] = moe && (i + 1) % step == 0 &&
                                        std::find(dense.begin(), dense.end(), i) == dense.end();
   return out;
 }
@@ -183,8 +193,9 @@ void deepseek_v3(Reader& r, ModelCard& c) {
   const int n = layer_count(r);
   const long long dense = r.integer_or("first_k_dense_replace", 0);
   const long long freq = r.integer_or("moe_layer_freq", 1);
+  if (freq < 1) r.refuse("moe_layer_freq", freq, "must be >= 1 (every moe_layer_freq-th layer is MoE)");
   std::vector<bool> moe(static_cast<std::size_t>(n));
-  for (int i = 0; i < n; ++i) moe[static_cast<std::size_t>(i)] = i >= dense && freq > 0 && i % freq == 0;
+  for (int i = 0; i < n; ++i) moe[static_cast<std::size_t>(i)] = i >= dense && i % freq == 0;
   c.pattern = grouped(std::vector<char>(static_cast<std::size_t>(n), '+'), moe);
   for (long long k = 0; k < r.integer_or("num_nextn_predict_layers", 0); ++k) c.pattern += "/+E";
 }

@@ -530,6 +530,32 @@ CASES = [
     ("fidelity-unknown-run-field", 10, 2, ["fidelity", "f.json"], "unknown field 'rnak'",
      files(**{"f.json": FID.replace("ARGS", '["--pattern","M*E"],"rnak":false')}), None),
     ("fidelity-extra-help", 10, 2, ["fidelity", "--extra", "--help"], "'--help' is not allowed", None, None),
+    ("megatron-args-uniform-zero-layers", 14, 2, ["simulate", "--megatron-args", "m.txt"],
+     "--recompute-num-layers = 0: needs --recompute-num-layers N >= 1",
+     files(**{"m.txt": "--bf16 --num-layers 4 --hidden-size 1024 --num-attention-heads 4 --vocab-size 128 "
+                       "--recompute-granularity full --recompute-method uniform --recompute-num-layers 0"}), None),
+    ("models-import-zero-sparse-step", 14, 2, ["models", "import", "c.json"],
+     '"decoder_sparse_step" = 0 must be >= 1',
+     files(**{"c.json": '{"model_type": "qwen3_moe", "hidden_size": 64, "num_attention_heads": 4, '
+                        '"vocab_size": 128, "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32, '
+                        '"intermediate_size": 128, "num_hidden_layers": 4, "decoder_sparse_step": 0}'}), None),
+    ("models-import-mlp-only-layer-outside", 14, 2, ["simulate", "--model", "c.json"],
+     '"mlp_only_layers" = 1000 is not a layer',
+     files(**{"c.json": '{"model_type": "qwen3_moe", "hidden_size": 64, "num_attention_heads": 4, '
+                        '"vocab_size": 128, "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32, '
+                        '"intermediate_size": 128, "num_hidden_layers": 4, "mlp_only_layers": [1000]}'}), None),
+    ("models-import-zero-moe-layer-freq", 14, 2, ["models", "import", "c.json"],
+     '"moe_layer_freq" = 0 must be >= 1',
+     files(**{"c.json": '{"model_type": "deepseek_v3", "hidden_size": 64, "num_attention_heads": 4, '
+                        '"vocab_size": 128, "q_lora_rank": 32, "kv_lora_rank": 16, "qk_nope_head_dim": 16, '
+                        '"qk_rope_head_dim": 8, "v_head_dim": 16, "intermediate_size": 128, "n_routed_experts": 8, '
+                        '"num_experts_per_tok": 2, "moe_intermediate_size": 32, "num_hidden_layers": 4, '
+                        '"moe_layer_freq": 0}'}), None),
+    ("megatron-args-attention-only-mamba-defaults", 14, 0, ["simulate", "--megatron-args", "m.txt"],
+     "megatron-args: used",
+     files(**{"m.txt": "--bf16 --num-layers 4 --hidden-size 2880 --num-attention-heads 64 --kv-channels 64 "
+                       "--group-query-attention --num-query-groups 8 --vocab-size 201088 --seq-length 4096 "
+                       "--micro-batch-size 1 --global-batch-size 8 --swiglu --ffn-hidden-size 2880"}), None),
     ("simulate-negative-stage-layers", 10, 2,
      ["simulate", "--pattern", "*-", "--pp", "2", "--first-stage-layers", "-3"], "must be >= 0",
      None, lambda d, out, err: "179769" not in err),

@@ -195,6 +195,39 @@ with tempfile.TemporaryDirectory() as d:
     refused(ok + "--tensor-model-parallel-size two --sequence-parallel", ["'two' is not an integer"])
     refused(ok + "--fp8-format e5m2", ["--fp8-format"])
     refused("--bf16 'unclosed", ["quote"])
+    # Recomputing uniform units of 0 layers: Megatron's loop never advances; refused as the typed
+    # --recompute-num-layers 0 is, naming the argument and the rule.
+    small = ("--bf16 --num-layers 4 --hidden-size 1024 --num-attention-heads 4 --vocab-size 128 "
+             "--recompute-granularity full ")
+    for method in ("--recompute-method uniform ", ""):
+        open(f, "w").write(small + method + "--recompute-num-layers 0")
+        rc, out, err = run(["simulate", "--megatron-args", f])
+        check(rc == 2 and out == "" and err.count("\n") == 1 and err.startswith("error:")
+              and "--recompute-num-layers = 0" in err and "N >= 1" in err,
+              f"--recompute-num-layers 0 ({method or 'no method'}) is refused in one line: {err.strip()[:200]}")
+    # An attention-only model has no Mamba mixer: Megatron's derived Mamba heads (2 x 2880 / 64 = 90)
+    # need not divide into its 8 default groups, and the Mamba arguments are reported ignored.
+    gpt = ("--bf16 --num-layers 4 --hidden-size 2880 --num-attention-heads 64 --kv-channels 64 "
+           "--group-query-attention --num-query-groups 8 --vocab-size 201088 --seq-length 4096 "
+           "--micro-batch-size 1 --global-batch-size 8 --swiglu --ffn-hidden-size 2880 ")
+    open(f, "w").write(gpt)
+    rc, out, err = run(["simulate", "--megatron-args", f, "--json"])
+    check(rc == 0 and json.loads(out)["step_time_s"] > 0,
+          f"an attention-only run is not refused for Mamba dimensions ({err.strip()[-200:]})")
+    open(f, "w").write(gpt + "--mamba-num-groups 8 --mamba-head-dim 64")
+    rc, out, err = run(["simulate", "--megatron-args", f, "--json"])
+    used, ignored = summary(err)
+    check(rc == 0 and "--mamba-num-groups" in ignored and "--mamba-head-dim" in ignored,
+          f"without a Mamba layer the Mamba arguments are reported ignored ({err.strip()[-200:]})")
+    # With a Mamba layer (the file's hybrid pattern, or a typed --pattern) the rule still holds.
+    open(f, "w").write(gpt.replace("--num-layers 4 ", "--hybrid-override-pattern M*M* "))
+    rc, out, err = run(["simulate", "--megatron-args", f])
+    check(rc == 2 and "mamba_num_heads = 90 must be a multiple of mamba_groups = 8" in err,
+          f"a hybrid pattern keeps Megatron's Mamba defaults and their rule: {err.strip()[:200]}")
+    open(f, "w").write(gpt)
+    rc, out, err = run(["simulate", "--megatron-args", f, "--pattern", "M*M*"])
+    check(rc == 2 and "mamba_num_heads = 90 must be a multiple of mamba_groups = 8" in err,
+          f"a typed --pattern with Mamba layers keeps Megatron's Mamba defaults: {err.strip()[:200]}")
     rc, _, err = run(["pattern", "M*", "--megatron-args", ds])
     check(rc == 2 and "plan, simulate and search" in err, "other commands refuse --megatron-args")
     rc, _, err = run(["simulate", "--megatron-args", os.path.join(d, "missing.txt")])

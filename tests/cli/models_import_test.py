@@ -100,4 +100,28 @@ with tempfile.TemporaryDirectory() as d:
     card = json.loads(out) if rc == 0 else {}
     check(card.get("pattern", "").startswith("[*-][*-][*E]") and card["dims"].get("ffn_hidden") == 6144,
           "mlp_only_layers [0, 1] gives two dense layers with intermediate_size")
+
+    # A field that would silently move the MoE layers is refused in one line naming the file, the
+    # field, the value and the rule (transformers divides by decoder_sparse_step and moe_layer_freq;
+    # a listed layer the model lacks changes nothing there), by models import and by --model.
+    def refused_one_line(cfg, words):
+        f = os.path.join(d, "config.json")
+        json.dump(cfg, open(f, "w"))
+        for argv in (["models", "import", f], ["simulate", "--model", f, "--gpus", "16", "--ep", "8"]):
+            rc, out, err = run(argv)
+            check(rc == 2 and out == "" and err.count("\n") == 1 and err.startswith("error:")
+                  and f in err and all(w in err for w in words),
+                  f"{argv[0]}: refused in one line naming {words}: {err.strip()[:200]}")
+
+    refused_one_line(dict(q, decoder_sparse_step=0), ['"decoder_sparse_step" = 0', "must be >= 1"])
+    refused_one_line(dict(q, mlp_only_layers=[1000]), ['"mlp_only_layers" = 1000', "[0, num_hidden_layers - 1 = 47]"])
+    refused_one_line(dict(q, mlp_only_layers=[-1]), ['"mlp_only_layers" = -1', "[0, num_hidden_layers - 1 = 47]"])
+    ds = json.load(open(os.path.join(FIX, "DeepSeek-V3.json")))
+    refused_one_line(dict(ds, moe_layer_freq=0), ['"moe_layer_freq" = 0', "must be >= 1"])
+    # decoder_sparse_step 2 is valid: every second layer MoE.
+    f = os.path.join(d, "step2.json")
+    json.dump(dict(q, decoder_sparse_step=2), open(f, "w"))
+    rc, out, _ = run(["models", "import", f])
+    check(rc == 0 and json.loads(out)["pattern"].startswith("[*-][*E][*-][*E]"),
+          "decoder_sparse_step 2 makes every second layer MoE")
 checks.exit()

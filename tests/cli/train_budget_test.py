@@ -42,11 +42,11 @@ rc, out, _ = run(base + ["--json", "--train-tokens", "1T"])
 check(json.loads(out)["train"]["cost"] is None, "no price: the cost is null")
 check(all(k not in json.loads(run(base + ["--json"])[1]) for k in ["train"]), "no budget: no train key")
 
-for bad, words in [(["--train-tokens", ""], "--train-tokens ''"), (["--train-tokens", "1x"], "'1x'"),
+for bad, words in [(["--train-tokens", ""], "--train-tokens was given an empty value"), (["--train-tokens", "1x"], "'1x'"),
                    (["--train-tokens", "0"], "from 1 to 1e18"), (["--train-tokens", "nan"], "'nan'"),
                    (["--gpu-hour-price", "2"], "needs --train-tokens"),
                    (["--train-tokens", "1T", "--sweep", "ep=2,4"], "applies to one run"),
-                   (["--train-tokens", "1T", "--gpu-hour-price", "-1"], "must be >= 0")]:
+                   (["--train-tokens", "1T", "--gpu-hour-price", "-1"], "must be in [0, 1e+06]")]:
     rc, out, err = run(base + bad)
     check(rc == 2 and words in err and out == "", f"{bad} refused: {err.strip()[:120]}")
 

@@ -422,8 +422,9 @@ std::string job_command(const SearchArgs& a, const Setup& base, const Candidate&
 
 int run_search(const SearchArgs& a) {
   const TrainBudget budget = a.train.resolve();
-  if (a.gpus <= 0) throw UsageError("search needs --gpus N");
-  if (a.gbs <= 0) throw UsageError("search needs --gbs G (global batch in sequences)");
+  if (a.gpus <= 0) throw UsageError("--gpus = " + std::to_string(a.gpus) + ": search needs --gpus N >= 1");
+  if (a.gbs <= 0)
+    throw UsageError("--gbs = " + std::to_string(a.gbs) + ": search needs --gbs G >= 1 (global batch in sequences)");
   if (a.top < 1) throw UsageError("--top must be at least 1");
   if (a.jobs < 1 || a.jobs > 256) throw UsageError("-j must be between 1 and 256");
   // Each size in the lists where it enters: a zero would divide the world by zero below.

@@ -208,6 +208,20 @@ int main(int argc, char** argv) {
     std::cerr << "error: " << ht::cli::printable(e.what()) << "\n";
     return 2;
   }
+  // A first word that is no option and no command: name it and the commands there are.
+  if (args.size() > 1 && !args[1].empty() && args[1][0] != '-') {
+    bool known = false;
+    std::string names;
+    for (CLI::App* sub : app.get_subcommands({})) {
+      known = known || sub->get_name() == args[1];
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known) {
+      std::cerr << "error: '" << ht::cli::printable(args[1]) << "' is not a command (" << names
+                << "); see 'hybrid-twin --help'\n";
+      return 2;
+    }
+  }
   try {
     std::vector<std::string> reversed(args.rbegin(), args.rend() - 1);  // CLI11 takes them from the back
     app.parse(reversed);

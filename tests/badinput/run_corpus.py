@@ -530,6 +530,9 @@ CASES = [
     ("fidelity-unknown-run-field", 10, 2, ["fidelity", "f.json"], "unknown field 'rnak'",
      files(**{"f.json": FID.replace("ARGS", '["--pattern","M*E"],"rnak":false')}), None),
     ("fidelity-extra-help", 10, 2, ["fidelity", "--extra", "--help"], "'--help' is not allowed", None, None),
+    ("unknown-command", 10, 2, ["bogus"], "'bogus' is not a command (pattern, plan", None, None),
+    ("search-gpus-negative", 10, 2, ["search", "--pattern", "M*E", "--gpus", "-16", "--gbs", "4"], "--gpus = -16", None,
+     None),
     ("megatron-args-uniform-zero-layers", 14, 2, ["simulate", "--megatron-args", "m.txt"],
      "--recompute-num-layers = 0: needs --recompute-num-layers N >= 1",
      files(**{"m.txt": "--bf16 --num-layers 4 --hidden-size 1024 --num-attention-heads 4 --vocab-size 128 "

@@ -71,7 +71,6 @@ void run(const Case& c, bool fold) {
   const double self_cpu = cpu_s(RUSAGE_SELF) - cpu0;
   ht::sim::ReplayOptions ro;
   ro.keep_timeline = false;
-  ro.fold = fold;
   const double child0 = cpu_s(RUSAGE_CHILDREN);
   t = Clock::now();
   const auto r = ht::sim::replay(plan, ht::sim::preset("dgx-h100"), ht::sim::CostModel{}, ro);

@@ -62,7 +62,6 @@ Point run_plan(const std::string& pattern, const hs::ModelDims& dims, const hs::
   ht::sim::ReplayOptions ro;
   ro.keep_timeline = false;
   ro.a2a = model;
-  ro.fold = fold;
   const auto t1 = Clock::now();
   const double cpu0 = cpu_s(RUSAGE_CHILDREN) + cpu_s(RUSAGE_SELF);
   const auto r = ht::sim::replay(plan, ht::sim::preset("dgx-h100"), ht::sim::CostModel{}, ro);

@@ -80,14 +80,12 @@ Setup setup_of(const Setup& base, const SearchArgs& a, const Candidate& c) {
   hs::LayoutRequest r;
   r.gpus = a.gpus, r.gbs = a.gbs, r.tp = c.tp, r.cp = c.cp, r.pp = c.pp, r.vpp = c.vpp, r.ep = c.ep, r.etp = c.etp;
   s.parallel = hs::resolve_layout(r, s.dims, cfg);
-  const auto parsed = ht::patterns::parse(s.pattern);
-  hs::check_layout(parsed, s.dims, s.parallel);
+  hs::check_layout(s.parsed(), s.dims, s.parallel);
   s.options = hs::ScheduleOptions{};
   s.options.overlap = c.overlap;
   s.options.delay_wgrad = c.overlap && !s.parallel.optimizer.fsdp;  // Megatron-FSDP refuses delayed wgrad
   s.options.fold = true;
   a.physics.apply(s.options);
-  s.options.nvlink_domain = s.platform.gpus_per_node;
   return s;
 }
 
@@ -273,7 +271,7 @@ double stage_bound(const Setup& s, const hs::Plan& plan, int microbatches, int s
 nlohmann::json assess(const Setup& base, const SearchArgs& a, const Candidate& c) {
   try {
     Setup s = setup_of(base, a, c);
-    const auto parsed = ht::patterns::parse(s.pattern);
+    const auto& parsed = s.parsed();
     // The schedule's rules first (what build_plan checks), so that refusals count the same;
     // then state alone too large needs no plan to know.
     hs::check_schedule_config(parsed, s.dims, s.parallel, build_options(s));
@@ -297,9 +295,7 @@ nlohmann::json assess(const Setup& base, const SearchArgs& a, const Candidate& c
 
 nlohmann::json simulate_candidate(const Setup& base, const SearchArgs& a, const Candidate& c) {
   try {
-    sim::ReplayOptions ro;
-    ro.fold = true;
-    return summary_json(simulate(setup_of(base, a, c), ro, false, true));
+    return summary_json(simulate(setup_of(base, a, c), sim::ReplayOptions{}, false, true));
   } catch (const std::exception& e) {
     return {{"error", e.what()}};
   }
@@ -361,7 +357,7 @@ void print_table(const std::vector<nlohmann::json>& rows, std::size_t top, const
 }
 
 std::vector<Candidate> enumerate(const SearchArgs& a, const Setup& base) {
-  const auto parsed = ht::patterns::parse(base.pattern);
+  const auto& parsed = base.parsed();
   const bool moe = base.pattern.find('E') != std::string::npos;
   std::vector<int> eps = a.ep;
   if (eps.empty()) {

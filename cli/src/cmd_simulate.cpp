@@ -191,9 +191,9 @@ void apply(Setup& s, const std::string& key, const std::string& v) {
 // A sweep combination whose plan would be too large to build is refused before the first replay
 // (a cell's other errors are reported in its row). A pattern that does not parse is a cell error.
 void check_plan_size_of(const Setup& s, const std::string& label) {
-  std::optional<ht::patterns::ParsedPattern> parsed;
+  const ht::patterns::ParsedPattern* parsed = nullptr;
   try {
-    parsed = ht::patterns::parse(s.pattern);
+    parsed = &s.parsed();
   } catch (const std::exception&) {
     return;
   }
@@ -321,7 +321,7 @@ int run_sweep(const Setup& base, const SimulateArgs& a, const sim::ReplayOptions
 }
 
 int run_compare_grouping(const Setup& base, const SimulateArgs& a, const sim::ReplayOptions& ro) {
-  const std::string flat = ht::patterns::to_string(ht::patterns::flatten(ht::patterns::parse(base.pattern)));
+  const std::string flat = ht::patterns::to_string(ht::patterns::flatten(base.parsed()));
   nlohmann::json out;
   struct Column {
     std::string name;
@@ -386,11 +386,11 @@ int run(const SimulateArgs& a) {
     throw UsageError("give a pattern (PATTERN or --pattern) or a model card (--model NAME; `hybrid-twin models` lists them)");
   s.dims = card.dims;
   s.parallel = a.layout.resolve(s.dims);
-  s.options = a.schedule.resolve(s.parallel, ht::patterns::parse(s.pattern).mtp_depths);
+  s.options = a.schedule.resolve(s.parallel, s.parsed().mtp_depths);
   s.platform = sim::parse_platform(a.platform);
   a.physics.apply(s.options);
   s.memory_margin = a.physics.memory_margin_gib * kGiB;
-  s.options.nvlink_domain = s.platform.gpus_per_node;
+  sim::place(s.options, s.platform);
   if (s.options.precision == hs::Precision::Mxfp8 && !s.platform.gpu.mxfp8)
     throw UsageError("--precision mxfp8 needs a GPU with MXFP8 GEMMs (dgx-b200, gb200-nvl72); '" + s.platform.name +
                      "' has none (use --precision fp8)");
@@ -404,8 +404,7 @@ int run(const SimulateArgs& a) {
   sim::ReplayOptions ro;
   ro.a2a = sim::parse_a2a_model(a.a2a_model);
   ro.pairwise_max_group = a.pairwise_max_group;
-  ro.fold = !a.no_fold;
-  s.options.fold = ro.fold;
+  s.options.fold = !a.no_fold;
   if (!a.sweeps.empty() || a.compare_grouping) {
     if (!a.trace_out.empty() || !a.svg_out.empty())
       throw UsageError("--trace and --svg describe one run; they cannot be combined with --sweep or --compare-grouping");

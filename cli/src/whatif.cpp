@@ -17,15 +17,18 @@
 
 namespace ht::cli {
 
-// The schedule options a run builds with: folded (fold.hpp) unless --no-fold, where folding is
-// exact on this platform (sim::folding_exact) and no measured routing names every rank.
+const ht::patterns::ParsedPattern& Setup::parsed() const {
+  if (!parsed_ || parsed_text_ != pattern) {
+    parsed_ = std::make_shared<const ht::patterns::ParsedPattern>(ht::patterns::parse(pattern));
+    parsed_text_ = pattern;
+  }
+  return *parsed_;
+}
+
 hs::ScheduleOptions build_options(const Setup& s) {
   hs::ScheduleOptions options = s.options;
-  hs::Plan layout;
-  layout.tp = s.parallel.tp, layout.cp = s.parallel.cp, layout.dp = s.parallel.dp, layout.pp = s.parallel.pp;
-  layout.ep = s.parallel.ep, layout.etp = s.parallel.etp;
-  const bool skewed = s.options.routing_skew != 0 && s.parallel.ep > 1;
-  options.fold = s.options.fold && s.costs.instances.empty() && sim::folding_exact(layout, s.platform, skewed);
+  sim::place(options, s.platform);
+  options.fold = s.options.fold && s.costs.instances.empty();
   return options;
 }
 
@@ -57,7 +60,7 @@ void check_replay_memory(const hs::PlanSize& size, double built) {
 
 Run simulate(const Setup& s, const sim::ReplayOptions& replay_options, bool keep_timeline, bool quiet) {
   Run run;
-  const auto parsed = ht::patterns::parse(s.pattern);
+  const auto& parsed = s.parsed();
   run.options = build_options(s);
   const double built = static_cast<double>(hs::built_ranks(s.parallel, run.options).size());
   const hs::PlanSize size = hs::estimate_plan_size(parsed, s.parallel, built);

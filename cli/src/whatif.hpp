@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 
 #include "command.hpp"
 
+#include "ht/patterns/pattern.hpp"
 #include "ht/schedule/build.hpp"
 #include "ht/schedule/config.hpp"
 #include "ht/schedule/memory.hpp"
@@ -33,6 +35,13 @@ struct Setup {
   sim::PlatformSpec platform;
   sim::CostModel costs;
   double memory_margin = 0;  // bytes kept free on every GPU (--memory-margin)
+
+  // The pattern parsed: once per text however often a command asks (sweeps copy the setup and
+  // share the parse; one that sets another pattern gets it parsed once). Throws PatternError.
+  const ht::patterns::ParsedPattern& parsed() const;
+
+  mutable std::shared_ptr<const ht::patterns::ParsedPattern> parsed_;  // of parsed_text_
+  mutable std::string parsed_text_;
 };
 
 struct Run {
@@ -53,8 +62,9 @@ struct Run {
   std::string platform;         // the platform's name and every setting (sim::describe), one line
 };
 
-// The schedule options a run builds with: folded (fold.hpp) unless --no-fold, where folding is
-// exact on this platform (sim::folding_exact) and no measured routing names every rank.
+// The schedule options a run builds with: placed on the setup's platform (sim::place), folded
+// unless --no-fold or a measured routing names every rank; whether the plan then folds is the
+// builder's decision (schedule/fold.hpp builds_folded), made once and recorded in the plan.
 hs::ScheduleOptions build_options(const Setup& s);
 
 // Builds the plan, estimates memory and FLOPs, replays; progress on stderr for large plans

@@ -30,6 +30,7 @@
 #include "ht/patterns/symbols.hpp"
 #include "ht/schedule/costs.hpp"
 #include "ht/schedule/error.hpp"
+#include "ht/schedule/fold.hpp"
 #include "ht/schedule/layer_shape.hpp"
 #include "ht/schedule/layout.hpp"
 #include "ht/schedule/params.hpp"
@@ -847,7 +848,7 @@ void check_gradient_transfers(const ParallelConfig& config, const ScheduleOption
 std::vector<BuiltRank> built_ranks(const ParallelConfig& config, const ScheduleOptions& options) {
   std::vector<BuiltRank> out;
   const int stage = config.stage_ranks();
-  if (options.fold && stage > 1) {
+  if (builds_folded(config, options)) {
     // Every rank of a stage does the same work with other peers; under skewed routing the
     // experts' load depends on the EP rank, so each EP rank is its own class.
     const bool skewed = options.routing_skew != 0 && config.ep > 1;
@@ -871,7 +872,7 @@ void check_schedule_config(const patterns::ParsedPattern& pattern, const ModelDi
   validate(config);
   validate(options);
   // Before any O(size) work; a folded build holds only its representatives' nodes.
-  const bool fold = options.fold && config.stage_ranks() > 1;
+  const bool fold = builds_folded(config, options);
   const bool skewed = options.routing_skew != 0 && config.ep > 1;
   check_plan_size(pattern, config, fold ? double(config.pp) * (skewed ? config.ep : 1) : 0.0);
   const int segments = pattern.segment_count();

@@ -55,7 +55,43 @@ std::uint64_t node_signature(const Plan& plan, const Node& n, int position, cons
   return h;
 }
 
+// A group of `size` ranks `stride` apart lies on nodes of `per_node` GPUs the same way for every
+// group of its kind: inside a node with the groups tiling it, or over whole nodes evenly.
+bool aligned(long long stride, long long size, long long per_node) {
+  if (size <= 1) return true;
+  const long long span = stride * size;
+  if (span <= per_node) return per_node % span == 0;
+  if (stride >= per_node) return stride % per_node == 0;
+  return per_node % stride == 0 && span % per_node == 0;
+}
+
 }  // namespace
+
+FoldPlacement fold_placement(const ScheduleOptions& options) {
+  return {options.nvlink_domain, options.uniform_fabric, options.full_bisection};
+}
+
+LayoutSizes layout_sizes(const ParallelConfig& c) { return {c.tp, c.cp, c.dp, c.pp, c.ep, c.etp}; }
+LayoutSizes layout_sizes(const Plan& p) { return {p.tp, p.cp, p.dp, p.pp, p.ep, p.etp}; }
+
+bool folding_exact(const LayoutSizes& l, const FoldPlacement& placement, bool skewed_routing) {
+  if (!placement.uniform_fabric || placement.gpus_per_node < 1) return false;
+  if (skewed_routing && !placement.full_bisection) return false;
+  const long long g = placement.gpus_per_node;
+  const long long world = l.tp * l.cp * l.dp * l.pp;
+  if (world <= g) return true;  // one node: every pair meets on NVLink
+  if (world % g != 0) return false;
+  const long long inner = l.tp * l.cp * l.dp;
+  const long long edp = l.ep * l.etp > 0 && inner % (l.ep * l.etp) == 0 ? inner / (l.ep * l.etp) : 0;
+  return edp > 0 && aligned(1, l.tp, g) && aligned(l.tp, l.cp, g) && aligned(l.tp, l.cp * l.dp, g) &&
+         aligned(inner, l.pp, g) && aligned(1, l.etp, g) && aligned(l.etp, l.ep, g) && aligned(l.etp * l.ep, edp, g);
+}
+
+bool builds_folded(const ParallelConfig& config, const ScheduleOptions& options) {
+  const bool skewed = options.routing_skew != 0 && config.ep > 1;
+  return options.fold && config.stage_ranks() > 1 &&
+         folding_exact(layout_sizes(config), fold_placement(options), skewed);
+}
 
 std::optional<Plan> fold_plan(const Plan& plan) {
   if (plan.folded()) return std::nullopt;

@@ -715,16 +715,6 @@ RawReplay simulate(const Plan& plan, const PlatformSpec& platform, const CostMod
 
 namespace {
 
-// A group of `size` ranks `stride` apart lies on nodes of `per_node` GPUs the same way for every
-// group of its kind: inside a node with the groups tiling it, or over whole nodes evenly.
-bool aligned(long long stride, long long size, long long per_node) {
-  if (size <= 1) return true;
-  const long long span = stride * size;
-  if (span <= per_node) return per_node % span == 0;
-  if (stride >= per_node) return stride % per_node == 0;
-  return per_node % stride == 0 && span % per_node == 0;
-}
-
 // Skewed routing shows as unequal all-to-all sends.
 bool skewed_sends(const Plan& plan) {
   for (const auto& c : plan.collectives)
@@ -734,38 +724,34 @@ bool skewed_sends(const Plan& plan) {
 
 }  // namespace
 
-bool folding_exact(const Plan& layout, const PlatformSpec& platform, bool skewed_routing) {
-  if (!platform.xml_file.empty() || platform.host_cores > 0) return false;
-  if (skewed_routing && platform.oversubscription != 1.0) return false;
-  const long long g = platform.gpus_per_node;
-  const long long tp = layout.tp, cp = layout.cp, dp = layout.dp, pp = layout.pp, ep = layout.ep, etp = layout.etp;
-  const long long world = tp * cp * dp * pp;
-  if (world <= g) return true;  // one node: every pair meets on NVLink
-  if (world % g != 0) return false;
-  const long long inner = tp * cp * dp;
-  const long long edp = ep * etp > 0 && inner % (ep * etp) == 0 ? inner / (ep * etp) : 0;
-  return edp > 0 && aligned(1, tp, g) && aligned(tp, cp, g) && aligned(tp, cp * dp, g) && aligned(inner, pp, g) &&
-         aligned(1, etp, g) && aligned(etp, ep, g) && aligned(etp * ep, edp, g);
+schedule::FoldPlacement fold_placement(const PlatformSpec& platform) {
+  return {platform.gpus_per_node, platform.xml_file.empty() && platform.host_cores == 0,
+          platform.oversubscription == 1.0};
+}
+
+void place(schedule::ScheduleOptions& options, const PlatformSpec& platform) {
+  const schedule::FoldPlacement p = fold_placement(platform);
+  options.nvlink_domain = p.gpus_per_node;
+  options.uniform_fabric = p.uniform_fabric;
+  options.full_bisection = p.full_bisection;
 }
 
 SimResult replay(const Plan& plan_in, const PlatformSpec& platform_in, const CostModel& costs,
                  const ReplayOptions& options) {
   validate_plan(plan_in);
   const std::optional<Plan> measured = with_measured_sends(plan_in, costs);
-  const Plan& whole = measured ? *measured : plan_in;
-  const int world = whole.layout_ranks();
+  const Plan& plan = measured ? *measured : plan_in;
+  const int world = plan.layout_ranks();
   const PlatformSpec platform = sized_for(platform_in, world);
-  // Folding needs the preset fabric, GPUs of their own (on the CPU backend's shared cores every
-  // rank's work competes) and ranks placed alike (folding_exact); a plan built folded that
-  // cannot be replayed so is refused.
-  const bool skewed = skewed_sends(whole);
-  if (whole.folded() && !folding_exact(whole, platform, skewed))
+  // The plan says whether it is folded (schedule/fold.hpp decides, the builder records). Folding
+  // needs the preset fabric, GPUs of their own (on the CPU backend's shared cores every rank's
+  // work competes) and ranks placed alike: a folded plan that would not be exact here (built for
+  // another platform, or read from a file) is refused.
+  if (plan.folded() &&
+      !schedule::folding_exact(schedule::layout_sizes(plan), fold_placement(platform), skewed_sends(plan)))
     throw SimError(SimErrorCode::BadPlan,
                    "a folded plan replays only where folding is exact (a preset platform with GPUs of their own, "
                    "rank groups placed alike on its nodes), not on '" + platform.name + "'; build it unfolded (--no-fold)");
-  std::optional<Plan> folded;
-  if (options.fold && !whole.folded() && folding_exact(whole, platform, skewed)) folded = schedule::fold_plan(whole);
-  const Plan& plan = folded ? *folded : whole;
   detail::RawReplay raw = options.isolate ? detail::simulate_isolated(plan, platform, costs, options)
                                           : detail::simulate(plan, platform, costs, options);
   if (raw.failed) throw SimError(raw.error, raw.message);

@@ -92,16 +92,18 @@ rc::Gen<Layout> layouts() {
   });
 }
 
-hs::Plan build(const Layout& l, bool fold) {
-  hs::ScheduleOptions o = l.options;
-  o.fold = fold;
-  return hs::build_plan(ht::patterns::parse(l.pattern), hs::tiny_model(), l.parallel, o);
-}
-
 PlatformSpec platform_for(const Layout& l) {
   auto p = preset("dgx-h100");
   p.gpus_per_node = l.gpus_per_node;
   return sized_for(p, l.parallel.global_ranks());
+}
+
+// Built for the layout's platform, as `simulate` builds: the builder decides whether to fold.
+hs::Plan build(const Layout& l, bool fold) {
+  hs::ScheduleOptions o = l.options;
+  place(o, platform_for(l));
+  o.fold = fold;
+  return hs::build_plan(ht::patterns::parse(l.pattern), hs::tiny_model(), l.parallel, o);
 }
 
 double relative(double a, double b) { return std::abs(a - b) / std::max({std::abs(a), std::abs(b), 1e-12}); }
@@ -129,24 +131,20 @@ TEST_CASE("a folded replay predicts what the unfolded replay does", "[sim][prope
     // Skewed routing folds only replicas with the same EP rank.
     if (built.folded() && l.options.routing_skew > 0)
       RC_ASSERT(built.global_ranks() == l.parallel.pp * l.parallel.ep);
-    ReplayOptions unfolded_options;
-    ReplayOptions folded_options;
-    folded_options.fold = true;
     const PlatformSpec platform = platform_for(l);
     const CostModel costs;
-    const Summary u = replay(whole, platform, costs, unfolded_options).summary;
-    if (!folding_exact(whole, platform, l.options.routing_skew > 0 && l.parallel.ep > 1)) {
-      // Ranks placed unlike (a partial node, a group straddling nodes): no folding, and a plan
-      // built folded is refused.
+    const Summary u = replay(whole, platform, costs).summary;
+    const bool skewed = l.options.routing_skew > 0 && l.parallel.ep > 1;
+    if (!hs::folding_exact(hs::layout_sizes(whole), fold_placement(platform), skewed)) {
+      // Ranks placed unlike (a partial node, a group straddling nodes): the builder builds every
+      // rank, and a plan folded anyway is refused.
       RC_TAG("placed unlike: not folded");
-      const SimResult r = replay(whole, platform, costs, folded_options);
-      RC_ASSERT(r.folded_ranks == 0);
-      RC_ASSERT(r.summary.step_time_s == u.step_time_s);
-      if (built.folded()) RC_ASSERT_THROWS_AS(replay(built, platform, costs, folded_options), SimError);
+      RC_ASSERT(!built.folded());
+      if (after) RC_ASSERT_THROWS_AS(replay(*after, platform, costs), SimError);
       return;
     }
-    const Summary f = replay(built, platform, costs, folded_options).summary;
-    const Summary g = replay(whole, platform, costs, folded_options).summary;  // folded after the fact
+    const Summary f = replay(built, platform, costs).summary;
+    const Summary g = replay(after ? *after : whole, platform, costs).summary;  // folded after the fact
     const bool skewed_etp = l.options.routing_skew > 0 && l.parallel.etp > 1;
     const double bound = l.parallel.pp > 1 ? kPipelineBound : skewed_etp ? kSkewedBound : kSolverBound;
     RC_LOG() << l.describe() << ": step " << u.step_time_s << " vs " << f.step_time_s << ", a2a exposed "
@@ -224,6 +222,23 @@ TEST_CASE("a folded plan is refused where folding is not exact", "[sim][fold]") 
   } catch (const SimError& e) {
     CHECK(std::string(e.what()).find("--no-fold") != std::string::npos);
   }
+  // The builder decides from the placement it is given: on shared cores, a platform file or
+  // (under skewed routing) an oversubscribed fabric it builds every rank.
+  Layout shared = l;
+  shared.options.fold = true;
+  shared.options.uniform_fabric = false;
+  CHECK_FALSE(hs::builds_folded(shared.parallel, shared.options));
+  CHECK_FALSE(hs::build_plan(ht::patterns::parse(l.pattern), hs::tiny_model(), l.parallel, shared.options).folded());
+  hs::ScheduleOptions oversubscribed;
+  oversubscribed.fold = true;
+  oversubscribed.full_bisection = false;
+  CHECK(hs::builds_folded(l.parallel, oversubscribed));
+  oversubscribed.routing_skew = 1.2;
+  CHECK_FALSE(hs::builds_folded(l.parallel, oversubscribed));
+  PlatformSpec from_file = platform_for(l);
+  from_file.xml_file = "cluster.xml";
+  CHECK_FALSE(fold_placement(from_file).uniform_fabric);
+  CHECK_FALSE(fold_placement(cpu).uniform_fabric);
   // A plan whose ranks differ does not fold.
   hs::Plan whole = build(l, false);
   for (int id : whole.ranks[3].issue)

@@ -246,8 +246,11 @@ struct ScheduleOptions {
   // 2026-07-27 code, which schedules MTP depths but still applies O7 (depth <= 1) and O8.
   bool reject_hybrid_mtp = true;
   // Build only the ranks that stand for others (fold.hpp): one per pipeline stage, or per
-  // (stage, EP rank) under routing skew. For the twin; the engines run unfolded plans.
+  // (stage, EP rank) under routing skew, where folding is exact on the placement below
+  // (nvlink_domain GPUs a node, fold.hpp builds_folded). For the twin; the engines run unfolded.
   bool fold = false;
+  bool uniform_fabric = true;  // every node alike: a preset fabric whose GPUs compute on their own
+  bool full_bisection = true;  // no leaf oversubscription
   // The physics of a real Megatron step (the twin's; the engines keep the defaults): the MoE
   // dispatcher, the expected expert load of the busiest EP rank, TP communication overlap
   // (Transformer Engine's userbuffers) and the GEMM number format.

@@ -42,6 +42,8 @@
 #include <functional>
 #include <string>
 
+#include "ht/schedule/config.hpp"
+#include "ht/schedule/fold.hpp"
 #include "ht/schedule/plan.hpp"
 #include "ht/sim/cost_model.hpp"
 #include "ht/sim/platform.hpp"
@@ -68,10 +70,6 @@ struct ReplayOptions {
   // (debuggers; results then match only to ~1e-15 relative).
   bool isolate = true;
   std::function<void(double done_fraction)> progress;  // called every ~5 % of nodes, from the replay
-  // Symmetry folding (schedule/fold.hpp): ranks with the same nodes, costs and transfers are
-  // simulated once, on a preset platform whose GPUs are their own. Off by default here (a
-  // timeline then holds every rank); `simulate` turns it on unless `--no-fold`.
-  bool fold = false;
 };
 
 // Times are seconds of one training step; per-GPU quantities are means over the plan's GPUs.
@@ -125,12 +123,13 @@ SimResult replay(const schedule::Plan& plan, const PlatformSpec& platform, const
 // Checks the plan's internal consistency (ids, ranks, issue lists, deps, collectives, sends).
 void validate_plan(const schedule::Plan& plan);
 
-// Whether a folded replay of this layout on this platform predicts the unfolded one: a preset
-// fabric with GPUs of their own; ranks placed alike (every rank group -- TP, CP, DP, PP, EP,
-// ETP, EDP, each strided in Megatron's order -- lies on the cluster's nodes the same way for
-// every group of its kind, so each rank sees the same local and remote peers); and, on an
-// oversubscribed fabric, balanced routing (skewed senders of one node share its leaf unequally).
-// Where it holds the replay folds (ReplayOptions::fold) and `simulate` builds folded plans.
-bool folding_exact(const schedule::Plan& layout, const PlatformSpec& platform, bool skewed_routing);
+// What folding needs to know of a platform (schedule/fold.hpp folding_exact): GPUs per node,
+// whether its nodes are alike (a preset fabric, GPUs computing on their own: not an XML file, not
+// the CPU backend's shared cores) and whether it has full bisection.
+schedule::FoldPlacement fold_placement(const PlatformSpec& platform);
+// Puts the platform's placement on schedule options (nvlink_domain, uniform_fabric,
+// full_bisection): what the builder's folding decision and DeepEP's per-node copies read.
+void place(schedule::ScheduleOptions& options, const PlatformSpec& platform);
+
 
 }  // namespace ht::sim

@@ -26,7 +26,7 @@ Block layer_block(char c, const ModelDims& d, const Shard& sh) {
   if (attention_like(c) && sh.cp > 1) {
     const double heads = mla_like(c) ? d.num_heads / double(sh.tp)
                                      : (d.num_kv_heads >= sh.tp ? d.num_kv_heads / double(sh.tp) : 1.0);
-    const double k_width = mla_like(c) ? double(d.head_dim) + d.mla_rope_head_dim : d.head_dim;
+    const double k_width = mla_like(c) ? double(d.mla_qk_dim()) + d.mla_rope_head_dim : d.head_dim;
     const double v_width = mla_like(c) ? d.mla_v_dim() : d.head_dim;
     b.ring_elements = n * heads * (k_width + v_width);
   }

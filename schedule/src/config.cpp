@@ -16,7 +16,7 @@
 namespace ht::schedule {
 namespace {
 
-constexpr std::array<ModelField, 37> kFields{{
+constexpr std::array<ModelField, 38> kFields{{
     {"hidden", &ModelDims::hidden, 1, "hidden size"},
     {"ffn_hidden", &ModelDims::ffn_hidden, 1, "dense MLP intermediate size"},
     {"num_heads", &ModelDims::num_heads, 1, "attention query heads"},
@@ -52,6 +52,7 @@ constexpr std::array<ModelField, 37> kFields{{
     {"gated_ffn", &ModelDims::gated_ffn, 0, "1: SwiGLU FFNs (3 matrices); 0: non-gated (2)", 1},
     {"mla_rope_head_dim", &ModelDims::mla_rope_head_dim, 0, "MLA decoupled RoPE head size"},
     {"mla_v_head_dim", &ModelDims::mla_v_head_dim, 0, "MLA value head size (0 = head_dim)"},
+    {"mla_qk_head_dim", &ModelDims::mla_qk_head_dim, 0, "MLA no-RoPE query/key head size (0 = head_dim)"},
     {"moe_latent_size", &ModelDims::moe_latent_size, 0, "latent MoE width of the routed experts (0 = hidden)"},
     {"mtp_shared_weights", &ModelDims::mtp_shared_weights, 0, "1: MTP depths share one set of weights", 1},
     {"router_groups", &ModelDims::router_groups, 0, "group-limited routing: expert groups (0 = none)"},

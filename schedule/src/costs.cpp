@@ -146,11 +146,11 @@ SlotWork symbol_work(char symbol, const ModelDims& d, const Shard& sh) {
       // Down-projections have replicated weights and run on the owned tokens (SP), the
       // up-projections and the output projection are TP-split on the gathered tokens.
       const double owned = owned_tokens(d, sh), heads = d.num_heads / tp;
-      const double qk = d.head_dim + d.mla_rope_head_dim, v = d.mla_v_dim();
+      const double qk = d.mla_qk_dim() + d.mla_rope_head_dim, v = d.mla_v_dim();
       gemm(w, owned, h, d.q_lora_rank, b);
       gemm(w, t, d.q_lora_rank, heads * qk, b);
       gemm(w, owned, h, double(d.kv_lora_rank) + d.mla_rope_head_dim, b);
-      gemm(w, t, d.kv_lora_rank, heads * (double(d.head_dim) + v), b);
+      gemm(w, t, d.kv_lora_rank, heads * (double(d.mla_qk_dim()) + v), b);
       attention_core(w, symbol, d, t, heads, heads, qk, v);
       gemm(w, t, heads * v, h, b);
       break;
@@ -532,9 +532,9 @@ double non_expert_params(char symbol, const ModelDims& d) {
     case 'D':
     case 'C':
     case 'H': {
-      const double a = d.num_heads, qk = double(d.head_dim) + d.mla_rope_head_dim, v = d.mla_v_dim();
+      const double a = d.num_heads, qk = double(d.mla_qk_dim()) + d.mla_rope_head_dim, v = d.mla_v_dim();
       return h * d.q_lora_rank + d.q_lora_rank * a * qk + h * (double(d.kv_lora_rank) + d.mla_rope_head_dim) +
-             d.kv_lora_rank * a * (double(d.head_dim) + v) + a * v * h + 2 * h + d.q_lora_rank + d.kv_lora_rank;
+             d.kv_lora_rank * a * (double(d.mla_qk_dim()) + v) + a * v * h + h + d.q_lora_rank + d.kv_lora_rank;
     }
     case 'M': {
       const double inner = double(d.mamba_num_heads) * d.mamba_head_dim;

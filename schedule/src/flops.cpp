@@ -25,7 +25,7 @@ double forward_flops(char symbol, const ModelDims& d, double nt) {
     case 'H': {
       // The GPT path's MLA term: multiply-accumulates per token of the projections, 2 N each,
       // and the core 2 x (d_qk + d_r + d_v) a N keys.
-      const double a = d.num_heads, qk = d.head_dim, r = d.mla_rope_head_dim, v = d.mla_v_dim();
+      const double a = d.num_heads, qk = d.mla_qk_dim(), r = d.mla_rope_head_dim, v = d.mla_v_dim();
       const double ql = d.q_lora_rank, kl = d.kv_lora_rank;
       const double macs = ql * (h + a * (qk + r) + 1) + kl * (h + a * (qk + v) + 1) + h * r + a * v * h;
       double keys = s / 2;

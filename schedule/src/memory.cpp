@@ -38,7 +38,7 @@ Kept symbol_kept(char c, const ModelDims& d, const ParallelConfig& cfg) {
     case 'D':
     case 'C':
     case 'H': {
-      const double a = d.num_heads, qk = double(d.head_dim) + d.mla_rope_head_dim, v = d.mla_v_dim();
+      const double a = d.num_heads, qk = double(d.mla_qk_dim()) + d.mla_rope_head_dim, v = d.mla_v_dim();
       k.elements = 2 * h + 2.0 * d.q_lora_rank + 2.0 * d.kv_lora_rank + 2 * a * qk + 2 * a * v;
       k.fp32_bytes = 4 * a;
       if (rc.has(kRecomputeMlaUpProj)) k.elements -= 2 * a * qk + a * v;

@@ -16,9 +16,10 @@ ParamSplit layer_param_split(char symbol, const ModelDims& d) {
     case 'D':
     case 'C':
     case 'H':
-      // Down-projections and their norms are replicated (TELinear "duplicated").
-      replicated += h * d.q_lora_rank + h * (double(d.kv_lora_rank) + d.mla_rope_head_dim) + h +
-                    d.q_lora_rank + d.kv_lora_rank;
+      // Down-projections and the low-rank norms are replicated (TELinear "duplicated"); the
+      // layer's one hidden-size norm is its input norm, counted above.
+      replicated += h * d.q_lora_rank + h * (double(d.kv_lora_rank) + d.mla_rope_head_dim) + d.q_lora_rank +
+                    d.kv_lora_rank;
       break;
     case 'G': replicated += d.gdn_head_dim; break;  // the output norm (dv), replicated
     case 'E': replicated += h * d.num_experts + d.shared_expert_gate * h + 2.0 * h * d.moe_latent_size; break;

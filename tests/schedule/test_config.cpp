@@ -78,7 +78,7 @@ TEST_CASE("model files save atomically and load back", "[schedule][config]") {
 }
 
 TEST_CASE("every model field has a JSON name and a lower bound", "[schedule][config]") {
-  CHECK(model_fields().size() == 37);
+  CHECK(model_fields().size() == 38);
   ModelDims d = tiny_model();
   for (const ModelField& f : model_fields()) {
     ModelDims bad = d;

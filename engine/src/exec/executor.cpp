@@ -281,8 +281,11 @@ schedule::ModelDims schedule_dims(const ModelConfig& cfg, int micro_batch, int s
   d.mamba_num_heads = cfg.mamba_num_heads;
   d.mamba_groups = cfg.mamba_num_groups;
   d.conv_kernel = cfg.mamba_conv_kernel;
-  d.gdn_num_heads = cfg.gdn_num_heads;
-  d.gdn_head_dim = cfg.gdn_head_dim_qk;
+  // The schedule's GDN heads are the value heads, with the query/key heads beside them.
+  d.gdn_num_heads = cfg.gdn_num_v_heads;
+  d.gdn_head_dim = cfg.gdn_head_dim_v;
+  d.gdn_key_heads = cfg.gdn_num_heads;
+  d.gdn_key_head_dim = cfg.gdn_head_dim_qk;
   d.num_experts = cfg.num_experts;
   d.top_k = cfg.moe_topk;
   d.moe_ffn_hidden = cfg.moe_ffn_hidden;
@@ -294,6 +297,9 @@ schedule::ModelDims schedule_dims(const ModelConfig& cfg, int micro_batch, int s
   d.q_lora_rank = std::max(1, cfg.mla_q_lora_rank);
   d.kv_lora_rank = std::max(1, cfg.mla_kv_lora_rank);
   d.window = std::max(1, cfg.window);
+  d.mla_rope_head_dim = cfg.mla_qk_pos_head_dim;
+  d.mla_v_head_dim = cfg.mla_v_head_dim;
+  d.mla_qk_head_dim = cfg.mla_qk_head_dim;
   return d;
 }
 

@@ -50,6 +50,7 @@ struct ModelDims {
   int gated_ffn = 1;             // 1: SwiGLU FFNs (3 matrices); 0: non-gated (2 matrices, e.g. ReLU^2)
   int mla_rope_head_dim = 0;     // MLA decoupled RoPE key/query size (DeepSeek qk_rope_head_dim)
   int mla_v_head_dim = 0;        // MLA value head size; 0 = head_dim
+  int mla_qk_head_dim = 0;       // MLA no-RoPE query/key head size; 0 = head_dim
   int moe_latent_size = 0;       // latent MoE: routed experts work in this width (h -> latent ->
                                  // h projections around them); 0 = none (experts see hidden)
   int mtp_shared_weights = 0;    // 1: all MTP depths share one set of weights (counted once)
@@ -66,6 +67,7 @@ struct ModelDims {
   int gdn_qk_heads() const { return gdn_key_heads > 0 ? gdn_key_heads : gdn_num_heads; }
   int gdn_qk_head_dim() const { return gdn_key_head_dim > 0 ? gdn_key_head_dim : gdn_head_dim; }
   int mla_v_dim() const { return mla_v_head_dim > 0 ? mla_v_head_dim : head_dim; }
+  int mla_qk_dim() const { return mla_qk_head_dim > 0 ? mla_qk_head_dim : head_dim; }  // no-RoPE part
   int moe_width() const { return moe_latent_size > 0 ? moe_latent_size : hidden; }  // what experts see
   // FFN matrices per unit of intermediate size: 3 for SwiGLU (gate, up, down), 2 otherwise.
   int ffn_matrices() const { return gated_ffn ? 3 : 2; }

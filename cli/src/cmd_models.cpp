@@ -84,6 +84,14 @@ nlohmann::json card_json(const hs::ModelCard& card) {
 // `models import`: a Hugging Face config.json as a model card (hf_config.hpp), the fields it used
 // and those it did not on stderr, the card on stdout or in -o.
 int run_import(const ModelsArgs& a) {
+  // Where the card goes is checked before anything is read or reported: a folder, a path that
+  // cannot be written, or the config itself (which the card would replace) is refused first.
+  if (!a.output.empty()) {
+    std::error_code ec;
+    if (std::filesystem::exists(a.config, ec) && std::filesystem::equivalent(a.config, a.output, ec))
+      throw UsageError("-o " + a.output + " is the config being imported; write the card to another file");
+    io::check_output_file(a.output, "model card");
+  }
   const std::string text = io::read_input_file(a.config, 16u << 20, "Hugging Face config");
   hs::HfImport imported = hs::import_hf_config(text, a.config);
   hs::ModelCard& card = imported.card;

@@ -654,7 +654,7 @@ int run_merge(const MergeArgs& a) {
       if (identity.empty()) identity = id, identity_file = f, identity_row = r;
       if (id != identity && !a.mix)
         throw UsageError("'" + f + "' and '" + identity_file + "' are results of different runs (" +
-                         describe_identity(r) + " vs " + describe_identity(identity_row) +
+                         identity_difference(r, identity_row) +
                          "); rank them together with --mix");
       // The same result twice (a file given twice, a job run twice) is listed once.
       const std::string key = r["layout"].dump() + r["schedule"].dump() + (r.contains("physics") ? r["physics"].dump() : "") +

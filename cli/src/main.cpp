@@ -20,6 +20,7 @@
 #include <map>
 #include <new>
 #include <sstream>
+#include <string_view>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -141,6 +142,18 @@ int check_args_from(CLI::App& app, const std::string& file) {
   return all_parsed ? 0 : 1;
 }
 
+// "12", "-3": an optional minus and decimal digits, nothing else.
+bool plain_decimal(std::string_view v) {
+  if (!v.empty() && v.front() == '-') v.remove_prefix(1);
+  return !v.empty() && std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// "0x1p3", "-0X2": a hexadecimal number (std::strtod reads them).
+bool hex_number(std::string_view v) {
+  if (!v.empty() && (v.front() == '-' || v.front() == '+')) v.remove_prefix(1);
+  return v.size() > 1 && v[0] == '0' && (v[1] == 'x' || v[1] == 'X');
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -247,6 +260,21 @@ int main(int argc, char** argv) {
               std::cerr << "error: " << opt->get_name() << " was given an empty value; give one or leave the option out\n";
               return 2;
             }
+  // Numbers are written in decimal: CLI11 also reads '0x10', '0b11', '0o7', '+4', digit separators
+  // and hexadecimal floats, which a command line of this tool never means (a hex size is a slip).
+  for (CLI::App* sub : app.get_subcommands({}))
+    if (sub->parsed())
+      for (const CLI::Option* opt : sub->get_options()) {
+        const std::string type = opt->get_type_name();
+        const bool whole = type.starts_with("INT") || type.starts_with("UINT");
+        if (!whole && !type.starts_with("FLOAT")) continue;
+        for (const std::string& value : opt->results())
+          if (whole ? !plain_decimal(value) : hex_number(value)) {
+            std::cerr << "error: " << opt->get_name() << " = '" << ht::cli::printable(value) << "' is not a "
+                      << (whole ? "whole number in decimal digits" : "decimal number") << "\n";
+            return 2;
+          }
+      }
   if (check_args) return 0;
   try {
     for (auto& [sub, action] : actions)

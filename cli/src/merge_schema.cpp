@@ -1,9 +1,11 @@
 // merge's schema and identity (see merge_schema.hpp).
 #include "merge_schema.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <string_view>
+#include <vector>
 
 #include "command.hpp"
 
@@ -47,27 +49,59 @@ void check_result(const std::string& f, const nlohmann::json& r, bool needs_rate
   if (needs_rate) positive("gpus");
 }
 
-// What makes results comparable: one model (card and pattern), one cluster, one batch.
-std::string run_identity(const nlohmann::json& r) {
+namespace {
+
+// The identity's parts, in run_identity's order.
+struct IdentityPart {
+  const char* name;
+  std::string value;
+};
+std::vector<IdentityPart> identity_parts(const nlohmann::json& r) {
   auto text = [&](const char* k) { return r.contains(k) && r[k].is_string() ? r[k].get<std::string>() : ""; };
   const nlohmann::json& l = r["layout"];
   auto field = [&](const char* k) { return l.contains(k) ? l[k].dump() : "?"; };
-  return text("model") + "|" + text("pattern") + "|" + text("platform") + "|" + field("seq_len") + "|" + field("gbs");
+  return {{"model", text("model")},
+          {"pattern", text("pattern")},
+          {"platform", text("platform")},
+          {"sequence length", field("seq_len")},
+          {"global batch", field("gbs")}};
 }
-std::string describe_identity(const nlohmann::json& r) {
-  auto text = [&](const char* k) { return r.contains(k) && r[k].is_string() ? r[k].get<std::string>() : ""; };
-  const std::string model = !text("model").empty() ? text("model") : "pattern '" + text("pattern").substr(0, 30) + "'";
-  std::istringstream words(text("platform"));
-  std::string platform;
-  words >> platform >> platform;  // "platform NAME  nodes ..."
-  const nlohmann::json& l = r["layout"];
-  auto number = [&](const char* k) {
-    if (!l.contains(k) || !l[k].is_number()) return std::string("?");
-    std::ostringstream o;
-    o << l[k].get<double>();
-    return o.str();
-  };
-  return model + " on " + (platform.empty() ? "?" : platform) + ", GBS " + number("gbs") + ", seq " + number("seq_len");
+
+// `v` for a message: control bytes as '?', and past 60 characters a window around `at` (the first
+// character that differs from the other side).
+std::string shown(const std::string& v, std::size_t at) {
+  std::string out;
+  const std::size_t from = v.size() <= 60 || at < 20 ? 0 : std::min(at - 20, v.size() - 40);
+  const std::size_t to = std::min(v.size(), from + (v.size() <= 60 ? 60 : 40));
+  if (from > 0) out += "...";
+  for (std::size_t i = from; i < to; ++i) {
+    const auto c = static_cast<unsigned char>(v[i]);
+    out += c < 0x20 || c == 0x7f ? '?' : v[i];
+  }
+  if (to < v.size()) out += "...";
+  return "'" + out + "'";
+}
+
+}  // namespace
+
+// What makes results comparable: one model (card and pattern), one cluster, one batch.
+std::string run_identity(const nlohmann::json& r) {
+  std::string id;
+  for (const IdentityPart& p : identity_parts(r)) id += (id.empty() ? "" : "|") + p.value;
+  return id;
+}
+
+std::string identity_difference(const nlohmann::json& a, const nlohmann::json& b) {
+  const std::vector<IdentityPart> x = identity_parts(a), y = identity_parts(b);
+  std::string out;
+  for (std::size_t k = 0; k < x.size(); ++k) {
+    if (x[k].value == y[k].value) continue;
+    std::size_t at = 0;
+    while (at < x[k].value.size() && at < y[k].value.size() && x[k].value[at] == y[k].value[at]) ++at;
+    out += std::string(out.empty() ? "" : "; ") + x[k].name + " " + shown(x[k].value, at) + " vs " +
+           shown(y[k].value, at);
+  }
+  return out;
 }
 
 }  // namespace ht::cli

@@ -14,7 +14,8 @@ namespace ht::cli {
 void check_result(const std::string& file, const nlohmann::json& r, bool needs_rate);
 // "model|pattern|platform|seq_len|gbs" of a checked result: equal identities compare.
 std::string run_identity(const nlohmann::json& r);
-// "qwen3-30b-a3b on dgx-h100, GBS 32, seq 4096" for messages.
-std::string describe_identity(const nlohmann::json& r);
+// What differs between two results' identities, for messages: each differing part named, both
+// sides shown (around the first difference when long), e.g. "global batch 32 vs 64".
+std::string identity_difference(const nlohmann::json& a, const nlohmann::json& b);
 
 }  // namespace ht::cli

@@ -13,6 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "files.hpp"
+#include "ht/patterns/error.hpp"
+#include "ht/patterns/pattern.hpp"
 #include "ht/schedule/error.hpp"
 
 namespace ht::schedule {
@@ -337,7 +339,23 @@ HfImport import_hf_config(std::string_view text, const std::string& where) {
   }
   Reader r(j, where);
   ModelCard& c = out.card;
-  it->second(r, c);
+  // Every refusal names the file (a family's own rules are written without it), and the layer
+  // pattern the config gives or implies is checked here, where the file is known.
+  try {
+    it->second(r, c);
+  } catch (const ScheduleError& e) {
+    std::string message = e.what();
+    const std::string code = std::string(error_code_text(e.code())) + ": ";
+    if (message.starts_with(code)) message.erase(0, code.size());
+    if (message.starts_with(where + ": ")) throw;
+    throw ScheduleError(e.code(), where + ": " + message);
+  }
+  try {
+    (void)patterns::parse(c.pattern);
+  } catch (const patterns::PatternError& e) {
+    bad(where + ": the layer pattern '" + c.pattern.substr(0, 60) + (c.pattern.size() > 60 ? "..." : "") +
+        "' is refused: " + e.what());
+  }
   std::string name = where;
   if (const auto slash = name.find_last_of('/'); slash != std::string::npos) name = name.substr(slash + 1);
   c.description = "imported from the Hugging Face config " + name + " (model_type " + out.family + ")";

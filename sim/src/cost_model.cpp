@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -23,10 +24,16 @@ namespace {
 // beyond any kernel; larger values only overflow the twin's sums and integer conversions.
 constexpr double kMaxCostValue = 1e12;
 
+// A number for a message: shortest round-trip form ("1e+300", "0.5"), never 300 digits.
+std::string number_text(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.6g", v);
+  return text;
+}
+
 double checked(std::string_view key, double v, double min) {
   if (!std::isfinite(v) || v < min || v > kMaxCostValue)
-    fail("'" + std::string(key) + "' must be a finite number in [" + std::to_string(min) + ", 1e12], got " +
-         std::to_string(v));
+    fail("'" + std::string(key) + "' must be a finite number in [" + number_text(min) + ", 1e12], got " + number_text(v));
   return v;
 }
 

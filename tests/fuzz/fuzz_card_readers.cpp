@@ -60,7 +60,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       ht::fuzz::expect_only<ht::cli::UsageError>("check_result", [&] {
         ht::cli::check_result("fuzz.json", r, true);
         (void)ht::cli::run_identity(r);
-        (void)ht::cli::describe_identity(r);
+        (void)ht::cli::identity_difference(r, r);
       });
       break;
     }

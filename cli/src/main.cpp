@@ -211,12 +211,13 @@ int main(int argc, char** argv) {
   }
   if (argc == 3 && std::string_view(argv[1]) == "--check-args-from") return check_args_from(app, argv[2]);
   std::vector<std::string> args(argv, argv + argc);
+  std::string megatron_report;  // what --megatron-args used and ignored: printed after the command ran
   try {
     args = ht::cli::expand_megatron_args(args, [&](const std::string& flag) {
       for (CLI::App* sub : app.get_subcommands({}))
         if (args.size() > 1 && sub->get_name() == args[1]) return sub->get_option_no_throw(flag) != nullptr;
       return false;
-    });
+    }, megatron_report);
   } catch (const std::exception& e) {
     std::cerr << "error: " << ht::cli::printable(e.what()) << "\n";
     return 2;
@@ -275,10 +276,17 @@ int main(int argc, char** argv) {
             return 2;
           }
       }
-  if (check_args) return 0;
+  if (check_args) {
+    std::cerr << megatron_report;
+    return 0;
+  }
   try {
     for (auto& [sub, action] : actions)
-      if (sub->parsed()) return action();
+      if (sub->parsed()) {
+        const int status = action();
+        if (status != 2) std::cerr << megatron_report;  // a refusal answers in its one line instead
+        return status;
+      }
     return 2;
   } catch (const ht::patterns::PatternError& e) {
     std::cerr << "error: " << ht::cli::printable(e.what()) << "\n";

@@ -533,7 +533,8 @@ MegatronTranslation translate_megatron_args(const std::string& text, const sched
 }
 
 std::vector<std::string> expand_megatron_args(const std::vector<std::string>& argv,
-                                              const std::function<bool(const std::string&)>& accepts) {
+                                              const std::function<bool(const std::string&)>& accepts,
+                                              std::string& report) {
   std::size_t at = argv.size();
   std::string file;
   for (std::size_t i = 1; i < argv.size(); ++i) {
@@ -635,12 +636,11 @@ std::vector<std::string> expand_megatron_args(const std::vector<std::string>& ar
     for (const std::string& x : v) s += (s.empty() ? "" : ", ") + x;
     return s;
   };
-  std::cerr << "megatron-args: used " << t.used.size() << ": " << join(t.used) << "\n"
-            << "megatron-args: ignored " << t.ignored.size() << (t.ignored.empty() ? "" : ": ") << join(t.ignored)
-            << "\n";
-  if (!t.approximated.empty())
-    std::cerr << "megatron-args: not modelled, the real run may differ: " << join(t.approximated) << "\n";
-  if (!unused_here.empty()) std::cerr << "megatron-args: not used by " << argv[1] << ": " << join(unused_here) << "\n";
+  report = "megatron-args: used " + std::to_string(t.used.size()) + ": " + join(t.used) + "\n" +
+           "megatron-args: ignored " + std::to_string(t.ignored.size()) + (t.ignored.empty() ? "" : ": ") +
+           join(t.ignored) + "\n";
+  if (!t.approximated.empty()) report += "megatron-args: not modelled, the real run may differ: " + join(t.approximated) + "\n";
+  if (!unused_here.empty()) report += "megatron-args: not used by " + argv[1] + ": " + join(unused_here) + "\n";
   return out;
 }
 

@@ -43,10 +43,13 @@ MegatronTranslation translate_megatron_args(const std::string& text, const sched
 
 // Replaces `--megatron-args FILE` (or `--megatron-args=FILE`) in a plan/simulate/search command
 // line by the translation of FILE, dropping translated flags the command line gives itself, and
-// prints the used/ignored summary to stderr. `accepts(flag)` says whether the command has that
-// option (what it lacks is left out and listed). Returns the arguments unchanged without the flag.
+// writes the used/ignored summary (lines for stderr) to `report`: main() prints it once the
+// command has run, so that a refused run answers in one line. `accepts(flag)` says whether the
+// command has that option (what it lacks is left out and listed). Returns the arguments
+// unchanged without the flag.
 std::vector<std::string> expand_megatron_args(const std::vector<std::string>& argv,
-                                              const std::function<bool(const std::string&)>& accepts = {});
+                                              const std::function<bool(const std::string&)>& accepts,
+                                              std::string& report);
 
 // Registers --megatron-args on a command for --help and --check-args (main() has expanded it
 // before the command line is parsed).

@@ -451,6 +451,14 @@ CASES = [
     ("megatron-args-unexpanded-variable", 10, 2, ["simulate", "--megatron-args", "a.sh", "--model", "qwen3-30b-a3b"],
      "unexpanded shell variable", files(**{"a.sh": "--bf16 --tensor-model-parallel-size ${TP} --sequence-parallel"}), None),
     ("megatron-args-not-a-file", 10, 2, ["simulate", "--megatron-args", "."], "not a regular file", None, None),
+    # A translated run the layout rules refuse answers in one line (the used/ignored report follows
+    # a run that ran, not a refusal).
+    ("megatron-args-layout-refusal-one-line", 10, 2, ["simulate", "--megatron-args", "m.txt"],
+     "num_heads = 4 must be a multiple of tp = 3",
+     files(**{"m.txt": "--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --bf16 "
+                        "--micro-batch-size 1 --global-batch-size 8 --vocab-size 1000 --ffn-hidden-size 128 "
+                        "--tensor-model-parallel-size 3 --sequence-parallel --foo 3\n"}),
+     lambda d, out, err: err.count("\n") == 1),
     # found by fuzz_card_readers: the head size was hidden / 0
     ("megatron-args-zero-heads", 10, 2, ["simulate", "--megatron-args", "m.txt"],
      "--num-attention-heads = 0 must be at least 1",

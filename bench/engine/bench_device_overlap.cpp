@@ -126,7 +126,7 @@ int main(int argc, char** argv) try {
         best.step_ms = s.span_s * 1e3;
         best.wall_ms = wall_ms;
         best.summary = s;
-        best.w_gemm_share = engine::exec::weight_gemm_share(res.timeline);
+        best.w_gemm_share = ht::traces::weight_gemm_share(res.timeline);
       }
     }
     return best;

@@ -79,7 +79,7 @@ Run measure(const patterns::ParsedPattern& p, const engine::ModelConfig& cfg, bo
       best.step_s = s.span_s;
       best.summary = s;
       best.priority = res.timeline.metadata.at("host.comm_priority");
-      best.w_gemm_share = engine::exec::weight_gemm_share(res.timeline);
+      best.w_gemm_share = ht::traces::weight_gemm_share(res.timeline);
       best.lower_bound_s = 0;
       best.hideable_s = 0;
       for (const auto& d : s.devices) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <string>
 #include <tuple>
 
 #include "ht/traces/intervals.hpp"
@@ -105,6 +106,17 @@ OverlapSummary summarize(const Timeline& timeline, const SummaryOptions& options
     out.categories.push_back(std::move(acc.row));
   }
   return out;
+}
+
+double weight_gemm_share(const Timeline& timeline) {
+  double backward = 0, weight = 0;
+  for (const auto& span : timeline.spans) {
+    const auto f = span.args.find("gemm_flops"), phase = span.args.find("phase");
+    if (f == span.args.end() || phase == span.args.end()) continue;
+    if (phase->second == "weight") weight += std::stod(f->second);
+    if (phase->second == "backward") backward += std::stod(f->second);
+  }
+  return backward + weight > 0 ? weight / (backward + weight) : 0;
 }
 
 }  // namespace ht::traces

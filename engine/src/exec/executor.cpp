@@ -1071,17 +1071,6 @@ bool Executor::owns(int rank, const std::string& canonical) const {
   return std::stoi(canonical.substr(pos + tag.size())) / im.local_experts == im.at(rank).ep_rank;
 }
 
-double weight_gemm_share(const traces::Timeline& timeline) {
-  double backward = 0, weight = 0;
-  for (const auto& span : timeline.spans) {
-    const auto f = span.args.find("gemm_flops"), phase = span.args.find("phase");
-    if (f == span.args.end() || phase == span.args.end()) continue;
-    if (phase->second == schedule::to_string(Phase::Weight)) weight += std::stod(f->second);
-    if (phase->second == schedule::to_string(Phase::Backward)) backward += std::stod(f->second);
-  }
-  return backward + weight > 0 ? weight / (backward + weight) : 0;
-}
-
 double check_step_batches(const std::vector<std::vector<Batch>>& batches, int ranks, int microbatches, int vocab,
                           const std::string& who) {
   if (static_cast<int>(batches.size()) != ranks)
@@ -1103,6 +1092,160 @@ double check_step_batches(const std::vector<std::vector<Batch>>& batches, int ra
   }
   return tokens;
 }
+
+namespace {
+
+// What one plan node of a rank does, as a closure on that rank's state (model `m`, its chunks,
+// EP shard `ep`, the W ledger and its EP and pipeline communicators); the node's references are
+// checked here (microbatch, layer, MoE).
+runtime::Work node_work(Executor::Impl& im, const schedule::Node& node, RankModel& m,
+                        std::vector<std::vector<ChunkState>>& rank_chunks, int ep, WeightSteps<CpuMemory, float>& steps,
+                        runtime::Communicator& comm, runtime::Communicator& pipe) {
+  if (node.microbatch < 0 || node.microbatch >= im.plan.microbatches)
+    throw EngineError(ErrorCode::BadConfig,
+                      "executor: node " + node.label() + " names microbatch " + std::to_string(node.microbatch));
+  ChunkState& cs =
+      rank_chunks[static_cast<std::size_t>(node.microbatch)][static_cast<std::size_t>(node.vp_stage)];
+  // An MTP depth's dispatch, mlp and combine are its inner layer's; pre_dispatch and mtp_post
+  // add the depth's own work around it.
+  LogicalLayer* layer = nullptr;
+  LayerState* ls = nullptr;
+  const int depth = node.mtp ? node.layer : -1;
+  if (node.mtp) {
+    layer = &m.mtp.at(static_cast<std::size_t>(depth)).layer;
+    ls = &cs.mtp.at(static_cast<std::size_t>(depth)).inner;
+  } else if (node.layer >= 0) {
+    layer = &m.layers.at(static_cast<std::size_t>(node.layer));
+    ls = &cs.layers.at(static_cast<std::size_t>(node.layer));
+  }
+  if ((node.slot == Slot::Dispatch || node.slot == Slot::Combine) && (!layer || !layer->moe()))
+    throw EngineError(ErrorCode::BadConfig, "executor: node " + node.label() + " is a comm node of a dense layer");
+  if (node.layer < 0 && node.slot != Slot::PreProcess && node.slot != Slot::PostProcess && node.slot != Slot::PipeSend &&
+      node.slot != Slot::PipeRecv)
+    throw EngineError(ErrorCode::BadConfig, "executor: node " + node.label() + " names no layer");
+  runtime::Work work;
+  switch (node.slot) {
+    case Slot::PreProcess:
+      if (node.phase == Phase::Forward) work = [&im, &m, &cs] { im.pre_process_forward(m, cs); };
+      else work = [&im, &m, &cs] { im.pre_process_backward(m, cs); };
+      break;
+    case Slot::PostProcess:
+      if (node.phase == Phase::Forward) work = [&im, &m, &cs] { im.post_process_forward(m, cs); };
+      else work = [&im, &m, &cs] { im.post_process_backward(m, cs); };
+      break;
+    case Slot::PreDispatch:
+      if (node.mtp) {
+        auto flush = [&im, &m, depth, &cs] { im.mtp_pre_dispatch_weight(m, depth, cs); };
+        if (node.phase == Phase::Forward) work = [&im, &m, depth, &cs] { im.mtp_pre_dispatch_forward(m, depth, cs); };
+        else if (node.phase == Phase::Backward)
+          work = [&im, &m, depth, &cs, &steps, &node, flush] {
+            steps.backward(node, [&](WgradSink<float>* w) { im.mtp_pre_dispatch_backward(m, depth, cs, w); }, flush);
+          };
+        else work = [&steps, &node, flush] { steps.weight(node, flush); };
+        break;
+      }
+      if (node.phase == Phase::Forward) work = [&im, layer, ls, &cs] { im.pre_dispatch_forward(*layer, *ls, cs); };
+      else if (node.phase == Phase::Backward)
+        work = [&im, layer, ls, &cs, &steps, &node] {
+          steps.backward(node, [&](WgradSink<float>* w) { im.pre_dispatch_backward(*layer, *ls, cs, w); },
+                         [&] { im.pre_dispatch_weight(*layer, *ls); });
+        };
+      else work = [&im, layer, ls, &steps, &node] { steps.weight(node, [&] { im.pre_dispatch_weight(*layer, *ls); }); };
+      break;
+    case Slot::MtpPost:
+      if (!node.mtp)
+        throw EngineError(ErrorCode::BadConfig, "executor: node " + node.label() + " is mtp_post of a decoder layer");
+      // The final norm's weight gradient is never delayed (the slot has no W node).
+      if (node.phase == Phase::Forward) work = [&im, &m, depth, &cs] { im.mtp_post_forward(m, depth, cs); };
+      else if (node.phase == Phase::Backward) work = [&im, &m, depth, &cs] { im.mtp_post_backward(m, depth, cs); };
+      break;
+    case Slot::Mlp:
+      if (node.phase == Phase::Forward) work = [&im, layer, ls, &cs, ep] { im.mlp_forward_slot(*layer, *ls, cs, ep); };
+      else if (node.phase == Phase::Backward)
+        work = [&im, layer, ls, &cs, ep, &steps, &node] {
+          steps.backward(node, [&](WgradSink<float>* w) { im.mlp_backward_slot(*layer, *ls, cs, ep, w); },
+                         [&] { im.mlp_weight(*layer, *ls, ep); });
+        };
+      else work = [&im, layer, ls, ep, &steps, &node] { steps.weight(node, [&] { im.mlp_weight(*layer, *ls, ep); }); };
+      break;
+    case Slot::Dispatch:
+      if (node.phase == Phase::Forward)
+        work = [&im, ls, &comm] {
+          MoeState& st = *ls->moe;
+          im.exchange_to_experts(comm, st.routing, st.permuted_in, st.layout, true, st.expert_in, "dispatch");
+        };
+      else if (node.phase == Phase::Backward)
+        work = [&im, ls, &comm] {
+          MoeState& st = *ls->moe;
+          im.exchange_to_tokens(comm, st.routing, st.layout, st.dexpert_in, st.dperm_in, st.permuted_in.size() / static_cast<std::size_t>(im.cfg.hidden),
+                                "dispatch backward");
+        };
+      break;
+    case Slot::Combine:
+      if (node.phase == Phase::Forward)
+        work = [&im, layer, ls, &cs, &comm] {
+          MoeState& st = *ls->moe;
+          im.exchange_to_tokens(comm, st.routing, st.layout, st.expert_out, st.permuted_out,
+                                st.permuted_in.size() / static_cast<std::size_t>(im.cfg.hidden), "combine");
+          im.combine_forward_local(*layer, *ls, cs);
+        };
+      else if (node.phase == Phase::Backward)
+        work = [&im, layer, ls, &cs, &comm] {
+          im.combine_backward_local(*layer, *ls, cs);
+          MoeState& st = *ls->moe;
+          im.exchange_to_experts(comm, st.routing, st.dperm_out, st.layout, false, st.dexpert_out, "combine backward");
+        };
+      break;
+    case Slot::PipeSend:
+    case Slot::PipeRecv: {
+      // Activations forward, their gradients backward, between neighbouring model chunks;
+      // buffered send, blocking receive, both on the comm stream in plan order.
+      const schedule::Node& peer = im.pipe_partner(node);
+      const bool fwd = node.phase == Phase::Forward;
+      const int recv_vp = node.slot == Slot::PipeSend ? peer.vp_stage : node.vp_stage;
+      const int tag = (node.microbatch * im.plan.vpp + recv_vp) * 2 + (fwd ? 0 : 1);
+      if (node.slot == Slot::PipeSend)
+        work = [&pipe, &cs, fwd, to = peer.rank, tag] {
+          const Tf& t = fwd ? cs.h : cs.dh;
+          pipe.send<float>(to, tag, std::span<const float>(t.data), fwd ? "pipeline activations" : "pipeline gradients");
+        };
+      else
+        work = [&pipe, &cs, fwd, from = peer.rank, tag, c = im.cfg.hidden] {
+          Tf& t = fwd ? cs.h : cs.dh;
+          std::vector<int> shape = cs.batch->tokens.shape;
+          shape.push_back(c);
+          t = Tf(shape);
+          pipe.recv<float>(from, tag, std::span<float>(t.data), fwd ? "pipeline activations" : "pipeline gradients");
+        };
+      break;
+    }
+    default:
+      throw EngineError(ErrorCode::BadConfig, std::string("executor: slot ") + std::string(schedule::to_string(node.slot)) +
+                                                  " is not supported yet");
+  }
+  return work;
+}
+
+// The data-parallel all-reduce of a rank's non-expert gradients, in parameter order.
+runtime::Work grad_all_reduce_work(const schedule::Node& node, RankModel& m, runtime::Communicator& dp_comm) {
+  if (node.symbols == "expert") throw EngineError(ErrorCode::BadConfig, "executor: expert all-reduce (dp > ep) not supported");
+  return [&m, &dp_comm] {
+    std::vector<float> buf;
+    auto params = list_params(m);
+    for (auto& p : params)
+      if (p.expert < 0) buf.insert(buf.end(), p.grad->data.begin(), p.grad->data.end());
+    runtime::mark_span_cpu("pre_cpu_us");
+    dp_comm.all_reduce_sum(buf.data(), buf.size(), "gradient all-reduce");
+    std::size_t at = 0;
+    for (auto& p : params)
+      if (p.expert < 0) {
+        std::copy_n(buf.begin() + static_cast<long>(at), p.grad->size(), p.grad->data.begin());
+        at += p.grad->size();
+      }
+  };
+}
+
+}  // namespace
 
 void Executor::zero_grad() {
   for (int r = 0; r < impl_->nranks; ++r)
@@ -1192,146 +1335,11 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
       runtime::Stream& stream = ctx.stream(node.stream == schedule::Stream::Comm ? runtime::kCommStream : runtime::kComputeStream);
       runtime::WorkLabel label{node.label(), std::string(schedule::to_string(node.slot)), schedule::node_args(node)};
       if (node.slot == Slot::GradAllReduce) {
-        if (node.symbols == "expert") throw EngineError(ErrorCode::BadConfig, "executor: expert all-reduce (dp > ep) not supported");
         chains.wait_all(stream);
-        stream.enqueue([&m, &dp_comm] {
-          std::vector<float> buf;
-          auto params = list_params(m);
-          for (auto& p : params)
-            if (p.expert < 0) buf.insert(buf.end(), p.grad->data.begin(), p.grad->data.end());
-          runtime::mark_span_cpu("pre_cpu_us");
-          dp_comm.all_reduce_sum(buf.data(), buf.size(), "gradient all-reduce");
-          std::size_t at = 0;
-          for (auto& p : params)
-            if (p.expert < 0) {
-              std::copy_n(buf.begin() + static_cast<long>(at), p.grad->size(), p.grad->data.begin());
-              at += p.grad->size();
-            }
-        }, label);
+        stream.enqueue(grad_all_reduce_work(node, m, dp_comm), label);
         continue;
       }
-      if (node.microbatch < 0 || node.microbatch >= mbs)
-        throw EngineError(ErrorCode::BadConfig,
-                          "executor: node " + node.label() + " names microbatch " + std::to_string(node.microbatch));
-      ChunkState& cs =
-          chunks[static_cast<std::size_t>(r)][static_cast<std::size_t>(node.microbatch)][static_cast<std::size_t>(node.vp_stage)];
-      // An MTP depth's dispatch, mlp and combine are its inner layer's; pre_dispatch and mtp_post
-      // add the depth's own work around it.
-      LogicalLayer* layer = nullptr;
-      LayerState* ls = nullptr;
-      const int depth = node.mtp ? node.layer : -1;
-      if (node.mtp) {
-        layer = &m.mtp.at(static_cast<std::size_t>(depth)).layer;
-        ls = &cs.mtp.at(static_cast<std::size_t>(depth)).inner;
-      } else if (node.layer >= 0) {
-        layer = &m.layers.at(static_cast<std::size_t>(node.layer));
-        ls = &cs.layers.at(static_cast<std::size_t>(node.layer));
-      }
-      if ((node.slot == Slot::Dispatch || node.slot == Slot::Combine) && (!layer || !layer->moe()))
-        throw EngineError(ErrorCode::BadConfig, "executor: node " + node.label() + " is a comm node of a dense layer");
-      if (node.layer < 0 && node.slot != Slot::PreProcess && node.slot != Slot::PostProcess && node.slot != Slot::PipeSend &&
-          node.slot != Slot::PipeRecv)
-        throw EngineError(ErrorCode::BadConfig, "executor: node " + node.label() + " names no layer");
-      runtime::Work work;
-      switch (node.slot) {
-        case Slot::PreProcess:
-          if (node.phase == Phase::Forward) work = [&im, &m, &cs] { im.pre_process_forward(m, cs); };
-          else work = [&im, &m, &cs] { im.pre_process_backward(m, cs); };
-          break;
-        case Slot::PostProcess:
-          if (node.phase == Phase::Forward) work = [&im, &m, &cs] { im.post_process_forward(m, cs); };
-          else work = [&im, &m, &cs] { im.post_process_backward(m, cs); };
-          break;
-        case Slot::PreDispatch:
-          if (node.mtp) {
-            auto flush = [&im, &m, depth, &cs] { im.mtp_pre_dispatch_weight(m, depth, cs); };
-            if (node.phase == Phase::Forward) work = [&im, &m, depth, &cs] { im.mtp_pre_dispatch_forward(m, depth, cs); };
-            else if (node.phase == Phase::Backward)
-              work = [&im, &m, depth, &cs, &steps, &node, flush] {
-                steps.backward(node, [&](WgradSink<float>* w) { im.mtp_pre_dispatch_backward(m, depth, cs, w); }, flush);
-              };
-            else work = [&steps, &node, flush] { steps.weight(node, flush); };
-            break;
-          }
-          if (node.phase == Phase::Forward) work = [&im, layer, ls, &cs] { im.pre_dispatch_forward(*layer, *ls, cs); };
-          else if (node.phase == Phase::Backward)
-            work = [&im, layer, ls, &cs, &steps, &node] {
-              steps.backward(node, [&](WgradSink<float>* w) { im.pre_dispatch_backward(*layer, *ls, cs, w); },
-                             [&] { im.pre_dispatch_weight(*layer, *ls); });
-            };
-          else work = [&im, layer, ls, &steps, &node] { steps.weight(node, [&] { im.pre_dispatch_weight(*layer, *ls); }); };
-          break;
-        case Slot::MtpPost:
-          if (!node.mtp)
-            throw EngineError(ErrorCode::BadConfig, "executor: node " + node.label() + " is mtp_post of a decoder layer");
-          // The final norm's weight gradient is never delayed (the slot has no W node).
-          if (node.phase == Phase::Forward) work = [&im, &m, depth, &cs] { im.mtp_post_forward(m, depth, cs); };
-          else if (node.phase == Phase::Backward) work = [&im, &m, depth, &cs] { im.mtp_post_backward(m, depth, cs); };
-          break;
-        case Slot::Mlp:
-          if (node.phase == Phase::Forward) work = [&im, layer, ls, &cs, ep] { im.mlp_forward_slot(*layer, *ls, cs, ep); };
-          else if (node.phase == Phase::Backward)
-            work = [&im, layer, ls, &cs, ep, &steps, &node] {
-              steps.backward(node, [&](WgradSink<float>* w) { im.mlp_backward_slot(*layer, *ls, cs, ep, w); },
-                             [&] { im.mlp_weight(*layer, *ls, ep); });
-            };
-          else work = [&im, layer, ls, ep, &steps, &node] { steps.weight(node, [&] { im.mlp_weight(*layer, *ls, ep); }); };
-          break;
-        case Slot::Dispatch:
-          if (node.phase == Phase::Forward)
-            work = [&im, ls, &comm] {
-              MoeState& st = *ls->moe;
-              im.exchange_to_experts(comm, st.routing, st.permuted_in, st.layout, true, st.expert_in, "dispatch");
-            };
-          else if (node.phase == Phase::Backward)
-            work = [&im, ls, &comm] {
-              MoeState& st = *ls->moe;
-              im.exchange_to_tokens(comm, st.routing, st.layout, st.dexpert_in, st.dperm_in, st.permuted_in.size() / static_cast<std::size_t>(im.cfg.hidden),
-                                    "dispatch backward");
-            };
-          break;
-        case Slot::Combine:
-          if (node.phase == Phase::Forward)
-            work = [&im, layer, ls, &cs, &comm] {
-              MoeState& st = *ls->moe;
-              im.exchange_to_tokens(comm, st.routing, st.layout, st.expert_out, st.permuted_out,
-                                    st.permuted_in.size() / static_cast<std::size_t>(im.cfg.hidden), "combine");
-              im.combine_forward_local(*layer, *ls, cs);
-            };
-          else if (node.phase == Phase::Backward)
-            work = [&im, layer, ls, &cs, &comm] {
-              im.combine_backward_local(*layer, *ls, cs);
-              MoeState& st = *ls->moe;
-              im.exchange_to_experts(comm, st.routing, st.dperm_out, st.layout, false, st.dexpert_out, "combine backward");
-            };
-          break;
-        case Slot::PipeSend:
-        case Slot::PipeRecv: {
-          // Activations forward, their gradients backward, between neighbouring model chunks;
-          // buffered send, blocking receive, both on the comm stream in plan order.
-          const schedule::Node& peer = im.pipe_partner(node);
-          const bool fwd = node.phase == Phase::Forward;
-          const int recv_vp = node.slot == Slot::PipeSend ? peer.vp_stage : node.vp_stage;
-          const int tag = (node.microbatch * vpp + recv_vp) * 2 + (fwd ? 0 : 1);
-          if (node.slot == Slot::PipeSend)
-            work = [&pipe, &cs, fwd, to = peer.rank, tag] {
-              const Tf& t = fwd ? cs.h : cs.dh;
-              pipe.send<float>(to, tag, std::span<const float>(t.data), fwd ? "pipeline activations" : "pipeline gradients");
-            };
-          else
-            work = [&pipe, &cs, fwd, from = peer.rank, tag, c = im.cfg.hidden] {
-              Tf& t = fwd ? cs.h : cs.dh;
-              std::vector<int> shape = cs.batch->tokens.shape;
-              shape.push_back(c);
-              t = Tf(shape);
-              pipe.recv<float>(from, tag, std::span<float>(t.data), fwd ? "pipeline activations" : "pipeline gradients");
-            };
-          break;
-        }
-        default:
-          throw EngineError(ErrorCode::BadConfig, std::string("executor: slot ") + std::string(schedule::to_string(node.slot)) +
-                                                      " is not supported yet");
-      }
+      runtime::Work work = node_work(im, node, m, chunks[static_cast<std::size_t>(r)], ep, steps, comm, pipe);
       if (!work) throw EngineError(ErrorCode::BadConfig, "executor: node " + node.label() + " has no action");
       // The GEMM work the node did (cpu::gemm_flops, a counter of the stream's thread): where the
       // weight-gradient GEMMs ran, readable from the timeline.

@@ -76,4 +76,10 @@ OverlapSummary summarize(const Timeline& timeline, const SummaryOptions& options
 // 1 - exposed / comm_busy, and 1.0 when there is no comm at all (nothing to hide is fully hidden).
 double hidden_fraction(double comm_exposed_s, double comm_busy_s);
 
+// The share of a step's backward GEMM work that its weight-gradient (W) nodes ran: the spans
+// whose "phase" arg is "weight", their "gemm_flops" args over those of the "weight" and
+// "backward" spans (the engines' executors record every node's GEMM FLOPs on its span). 0 without
+// either; a counter, not a clock.
+double weight_gemm_share(const Timeline& timeline);
+
 }  // namespace ht::traces

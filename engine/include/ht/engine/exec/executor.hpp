@@ -75,11 +75,6 @@ struct StepResult {
   traces::Timeline timeline;
 };
 
-// The share of a step's backward GEMM work that its W nodes ran: the W spans' "gemm_flops" over
-// the B and W spans' (both executors record every node's GEMM FLOPs on its span). 0 without W
-// nodes; a counter, not a clock.
-double weight_gemm_share(const traces::Timeline& timeline);
-
 // Checks one step's batches, batches[rank][microbatch]: `ranks` x `microbatches` of them, tokens
 // and targets both (B, T) with ids in [0, vocab). Returns the step's token count; throws
 // EngineError(BadInput) with `who` ("executor", "device executor") in the message.

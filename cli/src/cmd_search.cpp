@@ -409,6 +409,7 @@ std::string job_command(const SearchArgs& a, const Setup& base, const Candidate&
     << " --moe-dispatcher " << a.physics.dispatcher << " --routing " << a.physics.routing << " --precision "
     << a.physics.precision << " --moe-dispatch-dtype " << a.physics.dispatch_dtype
     << (a.physics.tp_comm_overlap ? " --tp-comm-overlap" : "")
+    << (a.physics.cross_entropy_fusion ? " --cross-entropy-fusion" : "")
     << (a.physics.memory_margin_gib > 0 ? " --memory-margin " + shell_quote(std::to_string(a.physics.memory_margin_gib)) : "");
   if (c.pp > 1 && a.split.first_stage_layers >= 0) o << " --first-stage-layers " << a.split.first_stage_layers;
   if (c.pp > 1 && a.split.last_stage_layers >= 0) o << " --last-stage-layers " << a.split.last_stage_layers;

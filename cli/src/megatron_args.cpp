@@ -473,6 +473,9 @@ class Translator {
     emit(flag("--overlap-moe-expert-parallel-comm") ? "--overlap" : "--no-overlap");
     emit(flag("--delay-wgrad-compute") ? "--delay-wgrad" : "--no-delay-wgrad");
     if (flag("--tp-comm-overlap")) emit("--tp-comm-overlap");
+    // The loss fused (Transformer Engine's or Megatron's native kernels: the twin prices them alike).
+    if (flag("--cross-entropy-loss-fusion")) emit("--cross-entropy-fusion");
+    (void)value("--cross-entropy-fusion-impl");
     // Recomputation.
     const auto granularity = value("--recompute-granularity");
     if (flag("--recompute-activations") && !granularity) emit("--recompute", "core_attn");

@@ -202,6 +202,7 @@ struct PhysicsFlags {
   std::string precision = "bf16";
   std::string dispatch_dtype = "bf16";
   bool tp_comm_overlap = false;
+  bool cross_entropy_fusion = false;
   double memory_margin_gib = 0;  // --memory-margin: HBM kept free beyond the runtime overhead
 
   void apply(schedule::ScheduleOptions& o) const {
@@ -209,6 +210,7 @@ struct PhysicsFlags {
     o.routing = *schedule::routing_from_string(routing);
     o.precision = *schedule::precision_from_string(precision);
     o.tp_comm_overlap = tp_comm_overlap;
+    o.cross_entropy_fusion = cross_entropy_fusion;
     o.dispatch_fp8 = dispatch_dtype == "fp8";
   }
 };
@@ -231,6 +233,10 @@ inline void add_physics_flags(CLI::App& sub, PhysicsFlags& f) {
   sub.add_flag("--tp-comm-overlap", f.tp_comm_overlap,
                "TP communication overlap (Transformer Engine userbuffers): TP all-gathers and reduce-scatters "
                "run beside the GEMMs that consume or produce them")
+      ->group(group);
+  sub.add_flag("--cross-entropy-fusion,--cross-entropy-loss-fusion", f.cross_entropy_fusion,
+               "the loss over the vocabulary in fused kernels (Megatron's --cross-entropy-loss-fusion); without it, "
+               "Megatron's default: separate PyTorch passes over fp32 logits")
       ->group(group);
   sub.add_option("--moe-dispatch-dtype", f.dispatch_dtype,
                  "number format of the forward dispatch on the wire: bf16 (Megatron's) or fp8 (DeepSeek's, DeepEP's "

@@ -258,6 +258,7 @@ nlohmann::json summary_json(const Run& r) {
             {"routing", hs::to_string(r.options.routing)},
             {"expert_load_factor", r.plan.expert_load_factor},
             {"tp_comm_overlap", r.options.tp_comm_overlap},
+            {"cross_entropy_fusion", r.options.cross_entropy_fusion},
             {"precision", hs::to_string(r.options.precision)},
             {"dispatch_fp8", r.options.dispatch_fp8},
             {"cuda_graphs", r.options.cuda_graphs}}},

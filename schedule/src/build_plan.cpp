@@ -484,7 +484,7 @@ class RankBuilder {
       work = embedding_work(ctx_.dims, ctx_.shard);
     } else {
       // The output layer and loss run once per prediction depth (main + every MTP depth).
-      const SlotWork one = output_work(ctx_.dims, ctx_.shard);
+      const SlotWork one = output_work(ctx_.dims, ctx_.shard, ctx_.opt.cross_entropy_fusion);
       for (int k = 0; k <= ctx_.mtp_depths; ++k) work += one;
     }
     const NodeCost cost = phase_cost(work, phase, false);  // embedding/output wgrad never delayed

@@ -312,12 +312,12 @@ SlotWork embedding_work(const ModelDims& d, const Shard& sh) {
   return w;
 }
 
-SlotWork output_work(const ModelDims& d, const Shard& sh) {
+SlotWork output_work(const ModelDims& d, const Shard& sh, bool fused_loss) {
   const double t = shard_tokens(d, sh), b = d.bytes_per_element, h = d.hidden;
   const double vocab = double(d.vocab) / sh.tp;
   SlotWork w = mtp_post_work(d, sh);  // final norm
   fixed_gemm(w, t, h, vocab, b);
-  elementwise(w, 5 * t * vocab, t * vocab * 4.0 * 2);
+  elementwise(w, 5 * t * vocab, t * vocab * (fused_loss ? kFusedLossBytesPerLogit : kUnfusedLossBytesPerLogit / 3));
   w.activation_bytes += t * vocab * 4.0;  // fp32 logits for the loss
   return w;
 }

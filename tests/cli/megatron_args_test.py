@@ -133,7 +133,7 @@ typed = {
                           "--num-kv-heads", "8", "--head-dim", "128", "--seq-len", "8192", "--gated-ffn", "1",
                           "--tied-embeddings", "0", "--qk-norm", "0", "--rotary-percent", "100", "--vocab", "128256",
                           "--gpus", "8", "--tp", "1", "--cp", "1", "--mbs", "1", "--gbs", "128"],
-                         ["--precision", "fp8"], []),
+                         ["--precision", "fp8", "--cross-entropy-fusion"], []),
     "mamba2-hybrid-8b.sh": (["--pattern", "M-M-M--M-M*-M-M-M-M--M*-M-M-M-M-M*--M-M-M-M-M*-M--M-M-M-", "--hidden", "4096",
                              "--num-heads", "32", "--num-kv-heads", "8", "--head-dim", "128", "--ffn-hidden", "16384",
                              "--gated-ffn", "0", "--tied-embeddings", "0", "--qk-norm", "0", "--mamba-state", "128",

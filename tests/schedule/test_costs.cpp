@@ -130,6 +130,27 @@ TEST_CASE("costs are split between stages: pre_process first, post_process last"
   CHECK(phase_cost(output_work(kTiny), Phase::Forward, false).flops == out);
 }
 
+TEST_CASE("the loss moves Megatron's bytes a logit: 52 unfused, fused one read and write of fp32",
+          "[schedule][costs]") {
+  // Counted from megatron/core/tensor_parallel/cross_entropy.py (costs.hpp): forward .float() 2 + 4,
+  // max 4, subtract 8, exp 8, sum 4, divide 8; backward scale 8, cast to bf16 4 + 2.
+  const double forward = (2 + 4) + 4 + 8 + 8 + 4 + 8, backward = 8 + (4 + 2);
+  const double logits = kTiny.tokens() * kTiny.vocab;
+  auto loss_bytes = [&](bool fused) {
+    const SlotWork w = output_work(kTiny, {}, fused);
+    const Kernel& loss = w.kernels.back();  // the loss is the output work's last kernel
+    REQUIRE(loss.kind == KernelKind::Elementwise);
+    CHECK(loss.flops == 5 * logits);
+    return loss.bytes;
+  };
+  // The kernel model prices an elementwise backward at twice its forward: 1 + 2 passes.
+  CHECK(3 * loss_bytes(false) / logits == Approx(forward + backward).epsilon(1e-12));
+  CHECK(loss_bytes(true) == 8 * logits);
+  // The same FLOPs either way: fusion changes traffic, not arithmetic.
+  CHECK(phase_cost(output_work(kTiny, {}, false), Phase::Forward, false).flops ==
+        phase_cost(output_work(kTiny, {}, true), Phase::Forward, false).flops);
+}
+
 TEST_CASE("routing skew loads the experts of low EP ranks and shrinks what they send",
           "[schedule][costs]") {
   ScheduleOptions o = options(true, false);

@@ -260,6 +260,9 @@ struct ScheduleOptions {
   int nvlink_domain = 8;  // GPUs per node (DeepEP's one RDMA copy per destination node)
   Routing routing = Routing::Mean;
   bool tp_comm_overlap = false;
+  // --cross-entropy-loss-fusion: the loss over the vocabulary in fused kernels. Off (Megatron's
+  // default): PyTorch's separate passes over fp32 logits (costs.hpp output_work).
+  bool cross_entropy_fusion = false;
   Precision precision = Precision::Bf16;
   // The forward dispatch in FP8 with one fp32 scale per 128 elements (DeepSeek's and DeepEP's
   // benchmarks; Megatron's DeepEP path sends bf16, physics.md 6); everything else stays bf16.

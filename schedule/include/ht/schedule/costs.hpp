@@ -119,7 +119,16 @@ SlotWork expert_work(const ModelDims& dims, double copies, int local_experts, co
 SlotWork mtp_pre_work(const ModelDims& dims, const Shard& shard = {});
 SlotWork mtp_post_work(const ModelDims& dims, const Shard& shard = {});
 SlotWork embedding_work(const ModelDims& dims, const Shard& shard = {});
-SlotWork output_work(const ModelDims& dims, const Shard& shard = {});  // final norm + output + loss
+// Final norm, output layer and loss. The loss's memory traffic per logit: fused, one pass that
+// reads and writes fp32 (8 bytes); unfused (Megatron's VocabParallelCrossEntropy as PyTorch ops,
+// megatron/core/tensor_parallel/cross_entropy.py): forward .float() of the bf16 logits (2 + 4),
+// max (4), subtract the max in place (8), exp in place (8), sum (4), divide in place (8); backward
+// scale by the loss gradient in place (8) and the cast back to bf16 (4 + 2): 38 + 14 = 52 bytes.
+// The kernel model prices an elementwise backward at twice its forward, so the unfused loss is one
+// kernel of 52 / 3 bytes a logit: its forward and backward together move the 52.
+SlotWork output_work(const ModelDims& dims, const Shard& shard = {}, bool fused_loss = true);
+inline constexpr double kUnfusedLossBytesPerLogit = 38 + 14;
+inline constexpr double kFusedLossBytesPerLogit = 8;
 
 // Work of a compute slot of a layer plan on EP rank `ep_rank` (routing skew moves expert load).
 SlotWork slot_work(const LayerShape& shape, Slot slot, const ModelDims& dims, int ep, int ep_rank,

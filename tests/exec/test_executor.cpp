@@ -302,6 +302,27 @@ TEST_CASE("the executor rejects plans it cannot run with a clear error", "[exec]
                     Catch::Contains("DP = EP"));
 }
 
+TEST_CASE("a plan whose ranks wait for each other is refused before any rank runs", "[exec]") {
+  // Rank 1 issues two all-to-alls in the other order. The walk every rank shares (plan_walk.hpp)
+  // refuses the plan in one line before a stream runs: without it each rank's host thread would
+  // issue its own order and the transport would wait for the deadlock timeout.
+  const auto cfg = tiny();
+  const auto p = patterns::parse("*E");
+  auto plan = plan_for(p, cfg, 2, 2, false, false, 1, 8);
+  auto& issue = plan.ranks.at(1).issue;
+  std::vector<std::size_t> comm;
+  for (std::size_t i = 0; i < issue.size(); ++i)
+    if (plan.node(issue[i]).collective >= 0 && plan.node(issue[i]).slot != schedule::Slot::GradAllReduce) comm.push_back(i);
+  REQUIRE(comm.size() >= 2);
+  std::swap(issue[comm[0]], issue[comm[1]]);
+  Executor ex(p, cfg, 1, plan);
+  CHECK_THROWS_WITH(ex.step(make_batches(2, 2, 1, 8, cfg.vocab_size, 3)),
+                    Catch::Contains("executor: deadlock") && !Catch::Contains("\n"));
+  // Nothing ran: no gradient was written.
+  for (const auto& w : ex.parameters(0))
+    for (float g : w.grad->data) CHECK(g == 0.0f);
+}
+
 TEST_CASE("overlap never changes the math for generated patterns, EP sizes and microbatch counts", "[exec][property]") {
   const auto cfg = tiny();
   rc::prop("combined 1F1B with delayed wgrad == sequential", [&] {

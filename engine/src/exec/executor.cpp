@@ -26,6 +26,7 @@
 
 #include "ht/engine/cpu/gemm.hpp"
 #include "ht/engine/error.hpp"
+#include "ht/engine/exec/plan_walk.hpp"
 #include "ht/engine/exec/weight_steps.hpp"
 #include "ht/engine/layers/cross_entropy.hpp"
 #include "ht/engine/layers/embedding.hpp"
@@ -51,7 +52,8 @@ using Tf = Tensor<float>;
 using schedule::Phase;
 using schedule::Slot;
 
-[[noreturn]] void fail(const std::string& message) { throw EngineError(ErrorCode::BadConfig, "executor: " + message); }
+constexpr const char* kWho = "executor";
+[[noreturn]] void fail(const std::string& message) { walk_fail(kWho, message); }
 
 // FLOPs as an integer (span arguments are text).
 std::string flops_text(double flops) {
@@ -480,17 +482,7 @@ struct Executor::Impl {
       runtime::mark_span_cpu("pre_cpu_us");
       comm.all_to_all_v<std::uint64_t>(spans_of<const std::uint64_t>(cnt), spans_of<std::uint64_t>(layout.counts),
                                        "dispatch counts");
-      layout.offset.assign(static_cast<std::size_t>(n), std::vector<std::size_t>(static_cast<std::size_t>(local_experts)));
-      layout.expert_start.assign(static_cast<std::size_t>(local_experts) + 1, 0);
-      std::size_t row = 0;
-      for (int le = 0; le < local_experts; ++le) {
-        layout.expert_start[static_cast<std::size_t>(le)] = row;
-        for (int s = 0; s < n; ++s) {
-          layout.offset[static_cast<std::size_t>(s)][static_cast<std::size_t>(le)] = row;
-          row += layout.counts[static_cast<std::size_t>(s)][static_cast<std::size_t>(le)];
-        }
-      }
-      layout.expert_start.back() = row;
+      expert_major_rows(layout.counts, local_experts, layout.offset, layout.expert_start);
     }
     // Receive sizes follow from the layout: one collective for the payload.
     std::vector<std::vector<float>> recv(static_cast<std::size_t>(n));
@@ -852,10 +844,7 @@ std::vector<ParamEntry> list_params(RankModel& m) {
     const std::string norm = prenorm_name(b.symbol);
     out.push_back({b.key_prefix + norm, b.canonical_prefix + norm, &b.norm_w, &b.norm_g, -1, order});
     auto add = [&](const std::string& name, Tf& v, Tf& g) {
-      int expert = -1;
-      const std::string tag = "mlp.experts.local_experts.";
-      if (name.rfind(tag, 0) == 0) expert = std::stoi(name.substr(tag.size()));
-      out.push_back({b.key_prefix + name, b.canonical_prefix + name, &v, &g, expert, order});
+      out.push_back({b.key_prefix + name, b.canonical_prefix + name, &v, &g, expert_index(name), order});
     };
     if (b.member) b.member->for_each_param(add);
     if (b.moe) b.moe->for_each_param(add);
@@ -907,20 +896,11 @@ Executor::Executor(const patterns::ParsedPattern& pattern, const ModelConfig& cf
   if (pattern.mtp_depths > 0 && plan.pp > 1)
     fail("MTP depths ('/" + pattern.mtp + "') with pp " + std::to_string(plan.pp) +
          " are not run by the executor yet (the last stage would need a copy of the embedding); use pp 1");
-  if (plan.dp != plan.ep)
-    fail("the executor runs DP = EP (every rank holds a shard of the experts); got dp " + std::to_string(plan.dp) +
-         ", ep " + std::to_string(plan.ep));
+  if (auto msg = plan_mismatch(pattern, plan, cfg.num_experts); !msg.empty()) fail(msg);
   if (plan.pp < 1 || plan.vpp < 1 || plan.global_ranks() != plan.pp * plan.dp)
     fail("plan has " + std::to_string(plan.global_ranks()) + " ranks for pp " + std::to_string(plan.pp) + " x dp " +
          std::to_string(plan.dp));
-  const auto planned = patterns::parse(plan.pattern);
-  if (patterns::flatten(planned).flattened_symbols() != pattern.flattened_symbols() ||
-      planned.logical_count() != pattern.logical_count() || planned.mtp != pattern.mtp ||
-      planned.mtp_depths != pattern.mtp_depths)
-    fail("plan was built for pattern '" + plan.pattern + "', not '" + pattern.text + "'");
   const bool has_moe = pattern.has_moe();
-  if (has_moe && cfg.num_experts % plan.ep != 0)
-    fail(std::to_string(cfg.num_experts) + " experts do not divide over EP " + std::to_string(plan.ep));
   options.link.validate();
   im.pattern = pattern;
   im.cfg = cfg;
@@ -1065,10 +1045,9 @@ bool Executor::owns(int rank, const std::string& canonical) const {
       for (const auto& b : layer.blocks) held |= b.physical == phys;
     if (!held) return false;
   }
-  const std::string tag = "mlp.experts.local_experts.";
-  auto pos = canonical.find(tag);
-  if (pos == std::string::npos || im.local_experts == 0) return true;
-  return std::stoi(canonical.substr(pos + tag.size())) / im.local_experts == im.at(rank).ep_rank;
+  const int expert = expert_index(canonical);
+  if (expert < 0 || im.local_experts == 0) return true;
+  return expert / im.local_experts == im.at(rank).ep_rank;
 }
 
 double check_step_batches(const std::vector<std::vector<Batch>>& batches, int ranks, int microbatches, int vocab,
@@ -1318,6 +1297,10 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
   // backward itself) runs its weight GEMMs in its backward and flushes right after it.
   WeightSteps<CpuMemory, float> steps(im.plan, 0, im.nranks);
 
+  // Each rank's host thread walks its own issue order (plan_walk.hpp), after a walk over every
+  // rank that refuses a plan whose ranks would wait for each other forever.
+  const auto issue = issue_orders(im.plan, im.options.test_weight_fault, kWho);
+  refuse_deadlock(im.plan, issue, kWho);
   world.run([&](runtime::RankContext& ctx) {
     const int r = ctx.rank;
     const RankLayout& lo = im.at(r);
@@ -1327,20 +1310,16 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
     runtime::Communicator& dp_comm = *dp_comms[static_cast<std::size_t>(lo.pp_rank)][static_cast<std::size_t>(lo.dp_rank)];
     runtime::Communicator& pipe = *pipe_comms[static_cast<std::size_t>(r)];
     runtime::EventChains chains([&ctx] { return ctx.make_event(); });
-    for (int id : issue_order(im.plan, r, im.options.test_weight_fault)) {
-      const schedule::Node& node = im.plan.node(id);
-      if (node.rank != r)
-        throw EngineError(ErrorCode::BadConfig, "executor: rank " + std::to_string(r) + " issues node " + node.label() +
-                                                    " of rank " + std::to_string(node.rank));
+    const auto run_node = [&](const schedule::Node& node) {
       runtime::Stream& stream = ctx.stream(node.stream == schedule::Stream::Comm ? runtime::kCommStream : runtime::kComputeStream);
       runtime::WorkLabel label{node.label(), std::string(schedule::to_string(node.slot)), schedule::node_args(node)};
       if (node.slot == Slot::GradAllReduce) {
         chains.wait_all(stream);
         stream.enqueue(grad_all_reduce_work(node, m, dp_comm), label);
-        continue;
+        return;
       }
       runtime::Work work = node_work(im, node, m, chunks[static_cast<std::size_t>(r)], ep, steps, comm, pipe);
-      if (!work) throw EngineError(ErrorCode::BadConfig, "executor: node " + node.label() + " has no action");
+      if (!work) fail("node " + node.label() + " has no action");
       // The GEMM work the node did (cpu::gemm_flops, a counter of the stream's thread): where the
       // weight-gradient GEMMs ran, readable from the timeline.
       work = [inner = std::move(work)] {
@@ -1349,7 +1328,12 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
         runtime::annotate_span("gemm_flops", flops_text(cpu::gemm_flops() - before));
       };
       chains.issue(runtime::ChainKey{node.microbatch, node.vp_stage}, stream, std::move(work), std::move(label));
-    }
+    };
+    // A range of one rank: its collectives go to it as it reaches them; the transport meets them.
+    walk_plan(im.plan, issue, r, r + 1, kWho, run_node, [&](const std::vector<const schedule::Node*>& members) {
+      for (const schedule::Node* node : members)
+        if (node->rank == r) run_node(*node);
+    });
   });
   steps.finish();
 

@@ -53,6 +53,7 @@
 #include "ht/engine/cuda/dev/model.hpp"
 #include "ht/engine/cuda/process_group.hpp"
 #include "ht/engine/exec/executor.hpp"
+#include "ht/engine/exec/plan_walk.hpp"
 #include "ht/patterns/checkpoint.hpp"
 #include "ht/schedule/check.hpp"
 #include "ht/schedule/node_args.hpp"
@@ -82,8 +83,7 @@ class DevExecutor {
     if (plan_.pp != 1 || plan_.vpp != 1)
       fail("runs pp 1, vpp 1 only (got pp " + std::to_string(plan_.pp) + ", vpp " +
            std::to_string(plan_.vpp) + ")");
-    if (plan_.dp != plan_.ep)
-      fail("runs DP = EP only; got dp " + std::to_string(plan_.dp) + ", ep " + std::to_string(plan_.ep));
+    if (auto msg = exec::plan_mismatch(pattern, plan_, cfg.num_experts); !msg.empty()) fail(msg);
     const int n = plan_.global_ranks();
     if (n != plan_.dp || n < 1 || n > kMaxRanks)
       fail("runs 1 to " + std::to_string(kMaxRanks) + " ranks sharing the device; the plan has " +
@@ -93,13 +93,7 @@ class DevExecutor {
       fail(std::to_string(procs) + " processes do not divide the plan's " + std::to_string(n) + " ranks");
     local_n_ = n / procs;
     first_ = (group() ? group()->process() : 0) * local_n_;
-    const auto planned = patterns::parse(plan_.pattern);
-    if (patterns::flatten(planned).flattened_symbols() != pattern.flattened_symbols() ||
-        planned.logical_count() != pattern.logical_count())
-      fail("plan was built for pattern '" + plan_.pattern + "', not '" + pattern.text + "'");
-    const bool has_moe = pattern.flattened_symbols().find('E') != std::string::npos;
-    if (has_moe && cfg.num_experts % n != 0)
-      fail(std::to_string(cfg.num_experts) + " experts do not divide over EP " + std::to_string(n));
+    const bool has_moe = pattern.has_moe();
     local_experts_ = has_moe ? cfg.num_experts / n : 0;
     // Logical layers: their members' canonical prefixes (blocks are found by canonical name).
     const auto keys = patterns::layer_keys(pattern);
@@ -186,7 +180,7 @@ class DevExecutor {
     return rk.params->refs();
   }
   bool owns(int r, const std::string& canonical) const {
-    const int e = expert_of(canonical);
+    const int e = exec::expert_index(canonical);
     return e < 0 ? true : e / local_experts_ == r;
   }
 
@@ -206,7 +200,7 @@ class DevExecutor {
         for (int r = first_; r < first_ + local_n_; ++r) {
           const auto& refs = ranks_[static_cast<std::size_t>(r)].params->refs();
           ss = ranks_[static_cast<std::size_t>(r)].params->sumsq_grads(
-              ss, [&](std::size_t i) { return r == 0 || expert_of(refs[i].canonical) >= 0; });
+              ss, [&](std::size_t i) { return r == 0 || exec::expert_index(refs[i].canonical) >= 0; });
         }
       if (group()) ss = group()->all_gather({ss}).at(static_cast<std::size_t>(q));
     }
@@ -251,18 +245,12 @@ class DevExecutor {
     int rows = -1;          // a MoE mlp node: the rows the rank's experts processed
   };
 
-  [[noreturn]] static void fail(const std::string& message) {
-    throw EngineError(ErrorCode::BadConfig, "device executor: " + message);
-  }
+  static constexpr const char* kWho = "device executor";
+  [[noreturn]] static void fail(const std::string& message) { exec::walk_fail(kWho, message); }
   static std::string flops_text(double flops) {
     char text[32];
     std::snprintf(text, sizeof text, "%.0f", flops);
     return text;
-  }
-  static int expert_of(const std::string& canonical) {
-    const std::string tag = "mlp.experts.local_experts.";
-    const auto pos = canonical.find(tag);
-    return pos == std::string::npos ? -1 : std::stoi(canonical.substr(pos + tag.size()));
   }
   Chunk& chunk(int r, int mb) {
     return chunks_.at(static_cast<std::size_t>(r)).at(static_cast<std::size_t>(mb));
@@ -288,7 +276,7 @@ class DevExecutor {
     rk.host = std::make_unique<HybridModel<T>>(pattern_, cfg_, seed);
     std::vector<ParamRef<T>> held;
     for (auto& p : rk.host->parameters()) {
-      const int e = expert_of(p.canonical);
+      const int e = exec::expert_index(p.canonical);
       if (e < 0 || e / local_experts_ == r) held.push_back(p);
     }
     D::set_stream(0);
@@ -349,63 +337,11 @@ class DevExecutor {
     return *m;
   }
 
-  // ---- the walk over the ranks' issue orders ----
-  // Round robin over the issue orders of ranks [lo, hi): a compute node goes to on_compute when its
-  // rank reaches it, a collective to on_collective (with every member, in [lo, hi) or not) once
-  // each of its members in [lo, hi) reached it.
-  template <class OnCompute, class OnCollective>
-  void walk(int lo, int hi, OnCompute&& on_compute, OnCollective&& on_collective) {
-    const auto at = [](int r) { return static_cast<std::size_t>(r); };
-    std::vector<std::size_t> pos(static_cast<std::size_t>(ranks()), 0);
-    std::map<int, std::set<int>> arrived;  // collective -> ranks waiting at it
-    for (;;) {
-      bool progress = false, done = true;
-      for (int r = lo; r < hi; ++r) {
-        const auto& issue = issue_[at(r)];
-        while (pos[at(r)] < issue.size()) {
-          const schedule::Node& node = plan_.node(issue[pos[at(r)]]);
-          if (node.rank != r) fail("rank " + std::to_string(r) + " issues node " + node.label() + " of rank " + std::to_string(node.rank));
-          if (node.stream == schedule::Stream::Compute) {
-            on_compute(node);
-            ++pos[at(r)];
-            progress = true;
-            continue;
-          }
-          std::vector<const schedule::Node*> members;
-          if (node.collective < 0) {
-            members.push_back(&node);
-          } else {
-            const auto& coll = plan_.collectives.at(static_cast<std::size_t>(node.collective));
-            arrived[coll.id].insert(r);
-            std::size_t here = 0;
-            for (int id : coll.nodes) {
-              members.push_back(&plan_.node(id));
-              here += members.back()->rank >= lo && members.back()->rank < hi;
-            }
-            if (arrived[coll.id].size() < here) break;  // wait for the others
-            arrived.erase(coll.id);
-          }
-          on_collective(members);
-          for (const auto* m : members)
-            if (m->rank >= lo && m->rank < hi) ++pos[at(m->rank)];
-          progress = true;
-        }
-        done &= pos[at(r)] == issue.size();
-      }
-      if (done) break;
-      if (!progress) fail("deadlock: the ranks wait at collectives the others never reach");
-    }
-  }
   void run_plan() {
-    const int n = ranks();
-    issue_.clear();
-    for (int r = 0; r < n; ++r) {
-      if (plan_.ranks.at(static_cast<std::size_t>(r)).rank != r) fail("plan rank " + std::to_string(r) + " is misnumbered");
-      issue_.push_back(exec::issue_order(plan_, r, options_.test_weight_fault));
-    }
-    if (group()) walk(0, n, [](const schedule::Node&) {}, [](const std::vector<const schedule::Node*>&) {});
-    walk(first_, first_ + local_n_, [this](const schedule::Node& node) { run_compute(node); },
-         [this](const std::vector<const schedule::Node*>& members) { run_collective(members); });
+    issue_ = exec::issue_orders(plan_, options_.test_weight_fault, kWho);
+    if (group()) exec::refuse_deadlock(plan_, issue_, kWho);
+    exec::walk_plan(plan_, issue_, first_, first_ + local_n_, kWho, [this](const schedule::Node& node) { run_compute(node); },
+                    [this](const std::vector<const schedule::Node*>& members) { run_collective(members); });
     D::set_stream(0);
   }
 
@@ -595,7 +531,7 @@ class DevExecutor {
   }
 
   // Rows per (source, local expert) from the sources' routing: each expert's rows, sources in rank
-  // order (exec/executor.cpp's EpLayout). The sources' counts come from every process.
+  // order (exec::expert_major_rows). The sources' counts come from every process.
   void dispatch_layout(int mb, int layer) {
     const int n = ranks(), le_n = local_experts_, e_n = cfg_.num_experts;
     std::vector<double> mine;
@@ -606,21 +542,11 @@ class DevExecutor {
     for (int p = first_; p < first_ + local_n_; ++p) {
       MoeShardD<D, T>& sh = moe_of(p, mb, layer).shard();
       sh.counts.assign(static_cast<std::size_t>(n), std::vector<int>(static_cast<std::size_t>(le_n), 0));
-      sh.offset = sh.counts;
-      sh.start.assign(static_cast<std::size_t>(le_n) + 1, 0);
       for (int s = 0; s < n; ++s)
         for (int le = 0; le < le_n; ++le)
           sh.counts[static_cast<std::size_t>(s)][static_cast<std::size_t>(le)] =
               static_cast<int>(routed[static_cast<std::size_t>(s * e_n + p * le_n + le)]);
-      int row = 0;
-      for (int le = 0; le < le_n; ++le) {
-        sh.start[static_cast<std::size_t>(le)] = row;
-        for (int s = 0; s < n; ++s) {
-          sh.offset[static_cast<std::size_t>(s)][static_cast<std::size_t>(le)] = row;
-          row += sh.counts[static_cast<std::size_t>(s)][static_cast<std::size_t>(le)];
-        }
-      }
-      sh.start.back() = row;
+      exec::expert_major_rows(sh.counts, le_n, sh.offset, sh.start);
     }
   }
   // The all-to-all's transfers. Toward the experts: each source's permuted rows (forward:
@@ -681,7 +607,7 @@ class DevExecutor {
     DevParams<D, T>& first = *ranks_[static_cast<std::size_t>(first_)].params;
     std::vector<std::size_t> shared;  // the non-expert parameters, by index
     for (std::size_t i = 0; i < first.count(); ++i)
-      if (expert_of(first.refs()[i].canonical) < 0) shared.push_back(i);
+      if (exec::expert_index(first.refs()[i].canonical) < 0) shared.push_back(i);
     std::vector<std::vector<Buf<D, T>>> received(members.size());  // [member][shared index]
     if (group()) {
       const int procs = group()->processes(), me = group()->process();

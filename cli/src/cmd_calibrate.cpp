@@ -15,6 +15,7 @@
 
 #include "command.hpp"
 #include "ht/io/output_file.hpp"
+#include "ht/io/log.hpp"
 #ifdef HT_CLI_ENGINE
 #include "ht/engine/cuda_probe.hpp"
 #include "ht/engine/kernel_table.hpp"
@@ -50,13 +51,14 @@ int run_gpu(const CalibrateArgs& a) {
   if (!a.emulate) {
     const engine::CudaProbe probe = engine::cuda_probe();
     if (!probe.usable) {
-      std::cerr << "calibrate --gpu: skipped, no usable CUDA GPU (" << probe.reason
-                << "); --emulate runs the host emulation\n";
+      io::log::Line("calibrate", false) << "calibrate --gpu: skipped, no usable CUDA GPU (" << probe.reason
+                                        << "); --emulate runs the host emulation";
       return 3;
     }
   }
-  std::cerr << "calibrate --gpu: " << o.sizes.size() * o.sizes.size() * o.sizes.size() << " BF16 GEMM shapes and HBM"
-            << (a.emulate ? " on the host emulation" : "") << "...\n";
+  io::log::Line("calibrate", false) << "calibrate --gpu: " << o.sizes.size() * o.sizes.size() * o.sizes.size()
+                                    << " BF16 GEMM shapes and HBM" << (a.emulate ? " on the host emulation" : "")
+                                    << "...";
   const engine::KernelTable t = engine::measure_kernel_table(o);
   nlohmann::json costs = {{"_comment", "written by `hybrid-twin calibrate --gpu`; read by `hybrid-twin simulate --costs`"},
                           {"kernel_table", engine::kernel_table_to_json(t)}};

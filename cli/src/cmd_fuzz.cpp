@@ -16,6 +16,7 @@
 
 #include "command.hpp"
 #include "ht/io/output_file.hpp"
+#include "ht/io/log.hpp"
 #include "ht/patterns/pattern.hpp"
 #include "ht/verify/case_schema.hpp"
 #include "ht/verify/property.hpp"
@@ -36,33 +37,32 @@ struct FuzzArgs {
   std::string replay_file;
 };
 
-// Progress on stderr: a line per property, refreshed in place on a terminal at most every 0.2 s.
+// Progress on stderr: a line per property, its case count redrawn in place on a terminal at most
+// every 0.2 s (io::log::Progress).
 class Progress {
  public:
-  explicit Progress(bool tty) : tty_(tty) {}
   void start(const std::string& name) {
     name_ = name;
     last_ = std::chrono::steady_clock::now();
-    if (!tty_) std::cerr << "fuzz: " << name << " ...\n";
+    if (!line_.terminal()) io::log::say("fuzz") << name << " ...";
   }
   void cases(int n) {
-    if (!tty_) return;
+    if (!line_.terminal()) return;
     const auto now = std::chrono::steady_clock::now();
     if (now - last_ < std::chrono::milliseconds(200)) return;
     last_ = now;
-    std::cerr << "\rfuzz: " << name_ << " " << n << " cases" << std::flush;
+    line_.draw("fuzz: " + name_ + " " + std::to_string(n) + " cases", 0);
   }
   void done(const verify::RunResult& r) {
-    if (tty_) std::cerr << "\r\033[K";
-    std::cerr << "fuzz: " << r.property << " " << verify::to_string(r.outcome) << " (" << r.cases << " cases, "
-              << std::fixed << std::setprecision(2) << r.seconds << " s)" << std::defaultfloat;
-    if (!r.note.empty()) std::cerr << ": " << first_line(r.note);
-    std::cerr << "\n";
+    io::log::Line line("fuzz");
+    line << r.property << " " << verify::to_string(r.outcome) << " (" << r.cases << " cases, " << std::fixed
+         << std::setprecision(2) << r.seconds << " s)";
+    if (!r.note.empty()) line << ": " << first_line(r.note);
   }
 
  private:
   static std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
-  bool tty_;
+  io::log::Progress line_{"progress"};
   std::string name_;
   std::chrono::steady_clock::time_point last_;
 };
@@ -71,7 +71,7 @@ int replay_file(const FuzzArgs& a) {
   const verify::Counterexample ce = verify::read_counterexample(a.replay_file);
   if (!verify::find_property(ce.property))
     throw UsageError("counterexample names property '" + ce.property + "', which this build does not have");
-  std::cerr << "fuzz: replaying " << ce.property << " on " << ce.input.dump() << "\n";
+  io::log::say("fuzz") << "replaying " << ce.property << " on " << ce.input.dump();
   std::optional<std::string> failure;
   try {
     failure = verify::replay(ce);
@@ -130,15 +130,15 @@ int run(const FuzzArgs& a) {
     (void)patterns::parse(a.pattern);  // a bad pattern is a usage error (exit 2, caret line)
     options.context.pattern = a.pattern;
   }
-  std::cerr << "fuzz: seed " << options.seed << ", "
-            << (a.seconds > 0 ? std::to_string(a.seconds) + " s" : std::to_string(options.cases) + " cases")
-            << " per property" << (a.pattern.empty() ? "" : ", pattern '" + a.pattern + "'") << "\n";
+  io::log::say("fuzz") << "seed " << options.seed << ", "
+                       << (a.seconds > 0 ? std::to_string(a.seconds) + " s" : std::to_string(options.cases) + " cases")
+                       << " per property" << (a.pattern.empty() ? "" : ", pattern '" + a.pattern + "'");
   if (!a.out_dir.empty()) {  // before the first case: a failure must have somewhere to go
     std::error_code ec;
     std::filesystem::create_directories(a.out_dir, ec);
     io::check_output_file(std::filesystem::path(a.out_dir) / "counterexample-probe.json", "counterexample");
   }
-  Progress progress(isatty(2));
+  Progress progress;
   std::vector<verify::RunResult> rows;
   for (const auto* p : chosen) {
     progress.start(p->name);
@@ -148,8 +148,8 @@ int run(const FuzzArgs& a) {
     if (r.counterexample) {
       const auto path = std::filesystem::path(a.out_dir) / file_name_for(p->name);
       verify::write_counterexample(path, *r.counterexample);
-      std::cerr << "fuzz: counterexample written to " << path.string() << " (replay: hybrid-twin fuzz --replay "
-                << path.string() << ")\n";
+      io::log::say("fuzz") << "counterexample written to " << path.string() << " (replay: hybrid-twin fuzz --replay "
+                           << path.string() << ")";
     }
     rows.push_back(std::move(r));
   }

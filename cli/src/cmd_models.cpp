@@ -14,6 +14,7 @@
 #include "ht/patterns/pattern.hpp"
 #include "ht/io/input_file.hpp"
 #include "ht/io/output_file.hpp"
+#include "ht/io/log.hpp"
 #include "ht/schedule/hf_config.hpp"
 #include "ht/schedule/model_card.hpp"
 #include "ht/schedule/params.hpp"
@@ -102,17 +103,17 @@ int run_import(const ModelsArgs& a) {
     return s;
   };
   const hs::ModelParams p = hs::count_params(ht::patterns::parse(card.pattern), card.dims);
-  std::cerr << "import: " << imported.family << ", " << billions(p.total) << " parameters (" << billions(p.mtp)
-            << " of them MTP), " << billions(p.active) << " active per token\n"
-            << "import: used " << imported.used.size() << ": " << join(imported.used) << "\n"
-            << "import: not used " << imported.not_used.size() << (imported.not_used.empty() ? "" : ": ")
-            << join(imported.not_used) << "\n";
+  io::log::say("import") << imported.family << ", " << billions(p.total) << " parameters (" << billions(p.mtp)
+                         << " of them MTP), " << billions(p.active) << " active per token\n"
+                         << "import: used " << imported.used.size() << ": " << join(imported.used) << "\n"
+                         << "import: not used " << imported.not_used.size() << (imported.not_used.empty() ? "" : ": ")
+                         << join(imported.not_used);
   const std::string json = hs::model_card_to_json(card);
   if (a.output.empty()) {
     std::cout << json;
   } else {
     io::write_output_file(a.output, "model card", [&](std::ostream& out) { out << json; });
-    std::cerr << "wrote " << a.output << " (use it as --model " << a.output << ")\n";
+    io::log::Line("wrote", false) << "wrote " << a.output << " (use it as --model " << a.output << ")";
   }
   return 0;
 }

@@ -9,6 +9,7 @@
 
 #include "command.hpp"
 #include "ht/io/output_file.hpp"
+#include "ht/io/log.hpp"
 #include "ht/patterns/pattern.hpp"
 #include "ht/schedule/build.hpp"
 #include "ht/schedule/plan_json.hpp"
@@ -104,8 +105,8 @@ int run(const PlanArgs& a) {
   const hs::Plan plan = hs::build_plan(parsed, dims, parallel, a.schedule.resolve(parallel, parsed.mtp_depths));
   if (!a.output.empty()) {
     hs::save_plan(a.output, plan);
-    std::cerr << "wrote " << a.output << " (" << plan.nodes.size() << " nodes, " << plan.ranks.size()
-              << " ranks)\n";
+    io::log::Line("wrote", false) << "wrote " << a.output << " (" << plan.nodes.size() << " nodes, "
+                                  << plan.ranks.size() << " ranks)";
   }
   if (a.json_out) {
     std::cout << hs::plan_to_json(plan);

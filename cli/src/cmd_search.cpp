@@ -478,8 +478,8 @@ int run_search(const SearchArgs& a) {
                                             " layouts, more than the limit of 200000; narrow the --*-list options");
   std::vector<int> indices(all.size());
   for (std::size_t i = 0; i < all.size(); ++i) indices[i] = static_cast<int>(i);
-  std::cerr << "search: " << all.size() << " layouts of " << (base.model.empty() ? base.pattern : base.model)
-            << " on " << a.gpus << " GPUs (" << base.platform.name << "), global batch " << a.gbs << "\n";
+  io::log::say("search") << all.size() << " layouts of " << (base.model.empty() ? base.pattern : base.model) << " on "
+                         << a.gpus << " GPUs (" << base.platform.name << "), global batch " << a.gbs;
   const auto assessed = parallel_map(indices, a.jobs, "checking layouts",
                                      [&](int i) { return assess(base, a, all[static_cast<std::size_t>(i)]); });
   std::map<std::string, int> refused;
@@ -498,16 +498,18 @@ int run_search(const SearchArgs& a) {
   }
   int n_refused = 0;
   for (const auto& [_, n] : refused) n_refused += n;
-  std::cerr << "search: " << n_refused << " refused by the layout rules, " << too_big
-            << " do not fit in " << std::fixed << std::setprecision(1) << base.platform.gpu.hbm_bytes / kGiB
-            << " GiB of HBM beside the runtime overhead";
-  if (base.memory_margin > 0) std::cerr << " and the " << base.memory_margin / kGiB << " GiB margin";
-  if (too_big > 0) std::cerr << " (the smallest of them needs " << smallest_too_big << " GiB for its tensors)";
-  std::cerr << ", " << ok.size() << " remain\n";
+  {
+    io::log::Line line("search");
+    line << n_refused << " refused by the layout rules, " << too_big << " do not fit in " << std::fixed
+         << std::setprecision(1) << base.platform.gpu.hbm_bytes / kGiB << " GiB of HBM beside the runtime overhead";
+    if (base.memory_margin > 0) line << " and the " << base.memory_margin / kGiB << " GiB margin";
+    if (too_big > 0) line << " (the smallest of them needs " << smallest_too_big << " GiB for its tensors)";
+    line << ", " << ok.size() << " remain";
+  }
   std::vector<std::pair<std::string, int>> reasons(refused.begin(), refused.end());
   std::sort(reasons.begin(), reasons.end(), [](const auto& x, const auto& y) { return x.second > y.second; });
   for (std::size_t i = 0; i < reasons.size() && i < 5; ++i)
-    std::cerr << "  " << std::setw(6) << reasons[i].second << "  " << reasons[i].first << "\n";
+    io::log::Line("search", false) << "  " << std::setw(6) << reasons[i].second << "  " << reasons[i].first;
   // Nothing left to rank is no answer (as a sweep whose every combination fails).
   if (ok.empty())
     throw UsageError("no layout of the " + std::to_string(all.size()) + " in the search space passes the rules and fits (" +
@@ -522,8 +524,9 @@ int run_search(const SearchArgs& a) {
         o << job_command(a, base, all[static_cast<std::size_t>(ok[k])], a.jobs_dir + name) << "\n";
       }
     });
-    std::cerr << "wrote " << a.emit_jobs << " (" << ok.size() << " commands; run them anywhere, then `" << a.bin
-              << " merge " << a.jobs_dir << "/*.json`)\n";
+    io::log::Line("wrote", false) << "wrote " << a.emit_jobs << " (" << ok.size()
+                                  << " commands; run them anywhere, then `" << a.bin << " merge " << a.jobs_dir
+                                  << "/*.json`)";
     return 0;
   }
 
@@ -594,8 +597,8 @@ int run_search(const SearchArgs& a) {
     results.back()["bound_s"] = assessed[static_cast<std::size_t>(ok[k])]["bound_s"];
   }
   sort_results(results);
-  std::cerr << "search: simulated " << next << ", " << ok.size() - next << " pruned by the lower bound"
-            << (failed > 0 ? ", " + std::to_string(failed) + " failed to simulate" : std::string()) << "\n";
+  io::log::say("search") << "simulated " << next << ", " << ok.size() - next << " pruned by the lower bound"
+                         << (failed > 0 ? ", " + std::to_string(failed) + " failed to simulate" : std::string());
   if (results.size() > static_cast<std::size_t>(a.top)) results.resize(static_cast<std::size_t>(a.top));
   add_train_json(results, budget);
   if (a.json_out) {
@@ -676,10 +679,12 @@ int run_merge(const MergeArgs& a) {
   if (results.empty() && not_fitting == 0 && failed == 0)
     throw UsageError("the files hold no result to rank (an empty 'results' list)");
   sort_results(results, a.order == "gpu-hours");
-  std::cerr << "merge: " << results.size() << " results from " << a.files.size() << " files"
-            << (not_fitting > 0 ? ", " + std::to_string(not_fitting) + " that do not fit left out" : std::string())
-            << (failed > 0 ? ", " + std::to_string(failed) + " failed runs" : std::string())
-            << (duplicates > 0 ? ", " + std::to_string(duplicates) + " duplicates listed once" : std::string()) << "\n";
+  io::log::say("merge") << results.size() << " results from " << a.files.size() << " files"
+                        << (not_fitting > 0 ? ", " + std::to_string(not_fitting) + " that do not fit left out"
+                                            : std::string())
+                        << (failed > 0 ? ", " + std::to_string(failed) + " failed runs" : std::string())
+                        << (duplicates > 0 ? ", " + std::to_string(duplicates) + " duplicates listed once"
+                                           : std::string());
   if (results.size() > static_cast<std::size_t>(a.top)) results.resize(static_cast<std::size_t>(a.top));
   add_train_json(results, budget);
   if (a.json_out) std::cout << nlohmann::json{{"results", results}}.dump(2) << "\n";

@@ -315,8 +315,9 @@ int run_sweep(const Setup& base, const SimulateArgs& a, const sim::ReplayOptions
   for (const nlohmann::json& c : cells)
     if (c["off"].contains("step_time_s") || c["on"].contains("step_time_s")) return 0;
   const nlohmann::json& first = cells.front()["off"];
-  std::cerr << "error: every combination of the sweep failed (the first: "
-            << (first.contains("error") ? first["error"].get<std::string>() : std::string("no result")) << ")\n";
+  io::log::say("error") << "every combination of the sweep failed (the first: "
+                        << (first.contains("error") ? first["error"].get<std::string>() : std::string("no result"))
+                        << ")";
   return 2;
 }
 
@@ -335,7 +336,7 @@ int run_compare_grouping(const Setup& base, const SimulateArgs& a, const sim::Re
     columns.push_back({std::string(tag) + " on", with_overlap(s, a.schedule, true)});
   }
   std::vector<nlohmann::json> results;
-  ProgressLine progress;
+  io::log::Progress progress("progress");
   const auto t0 = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < columns.size(); ++i) {
     progress.draw("[" + std::to_string(i + 1) + "/" + std::to_string(columns.size()) + "] " + columns[i].name +
@@ -420,11 +421,11 @@ int run(const SimulateArgs& a) {
   Run r = simulate(s, ro, timeline);
   if (!a.trace_out.empty()) {
     ht::traces::write_chrome_trace(r.result.timeline, a.trace_out);
-    std::cerr << "wrote " << a.trace_out << " (" << r.result.timeline.spans.size() << " spans)\n";
+    io::log::Line("wrote", false) << "wrote " << a.trace_out << " (" << r.result.timeline.spans.size() << " spans)";
   }
   if (!a.svg_out.empty()) {
     ht::traces::write_svg(r.result.timeline, a.svg_out);
-    std::cerr << "wrote " << a.svg_out << "\n";
+    io::log::Line("wrote", false) << "wrote " << a.svg_out;
   }
   if (a.json_out) {
     nlohmann::json j = summary_json(r);

@@ -10,6 +10,7 @@
 
 #include "command.hpp"
 #include "ht/io/output_file.hpp"
+#include "ht/io/log.hpp"
 #include "ht/traces/chrome.hpp"
 #include "ht/traces/compare.hpp"
 #include "ht/traces/overlap.hpp"
@@ -41,7 +42,7 @@ tr::Timeline load(const std::string& path, const TraceArgs& a) {
                 stats.bytes / 1e6, stats.seconds, stats.megabytes_per_second(),
                 static_cast<unsigned long long>(stats.events),
                 static_cast<unsigned long long>(stats.spans));
-  std::cerr << "read " << path << " [" << t.source << "]: " << line << "\n";
+  io::log::Line("read", false) << "read " << path << " [" << t.source << "]: " << line;
   return t;
 }
 
@@ -66,7 +67,7 @@ int run(const TraceArgs& a) {
   io::check_output_file(a.output, "SVG");  // before reading a trace of possibly gigabytes
   const tr::Timeline t = load(a.file, a);
   tr::write_svg(t, a.output, options);
-  std::cerr << "wrote " << a.output << "\n";
+  io::log::Line("wrote", false) << "wrote " << a.output;
   return 0;
 }
 

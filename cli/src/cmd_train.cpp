@@ -22,6 +22,7 @@
 #include "ht/io/error.hpp"
 #include "ht/io/interrupt.hpp"
 #include "ht/io/output_file.hpp"
+#include "ht/io/log.hpp"
 #include "ht/engine/optimizer.hpp"
 #include "ht/patterns/pattern.hpp"
 #include "ht/schedule/build.hpp"
@@ -173,10 +174,11 @@ int run_executor(TrainArgs a) {
     for (const double n : shares) nparams += static_cast<std::size_t>(n);
   }
   if (!a.quiet)
-    std::cerr << "train '" << parsed.text << "' on " << ranks << " ranks (EP " << a.parallel.ep << ", PP " << a.parallel.pp
-              << ")" << (dev ? " on " + ex.device : std::string()) << ", " << ex.plan->schedule << " ("
-              << (so.overlap ? "overlap" : "no overlap") << (so.delay_wgrad ? ", delayed wgrad" : "") << "), "
-              << mbs << " microbatches of " << a.batch << " x " << a.seq << " bytes per data rank\n";
+    io::log::Line("train", false) << "train '" << parsed.text << "' on " << ranks << " ranks (EP " << a.parallel.ep
+                                  << ", PP " << a.parallel.pp << ")" << (dev ? " on " + ex.device : std::string())
+                                  << ", " << ex.plan->schedule << " (" << (so.overlap ? "overlap" : "no overlap")
+                                  << (so.delay_wgrad ? ", delayed wgrad" : "") << "), " << mbs << " microbatches of "
+                                  << a.batch << " x " << a.seq << " bytes per data rank";
 
   std::vector<double> losses, step_seconds;
   double seconds = 0;
@@ -208,10 +210,10 @@ int run_executor(TrainArgs a) {
       kept.emplace_back(i, std::move(res.timeline));
     }
     if (!a.quiet)
-      std::cerr << "step " << std::setw(5) << i + 1 << "  loss " << std::fixed << std::setprecision(4) << losses.back()
-                << "  |g| " << std::setprecision(3) << gnorm << "  " << std::setprecision(1) << dt * 1e3 << " ms  "
-                << std::setprecision(0) << static_cast<double>(per_step) * a.batch * a.seq / dt << " tok/s\n"
-                << std::defaultfloat;
+      io::log::Line("step", false) << "step " << std::setw(5) << i + 1 << "  loss " << std::fixed
+                                   << std::setprecision(4) << losses.back() << "  |g| " << std::setprecision(3) << gnorm
+                                   << "  " << std::setprecision(1) << dt * 1e3 << " ms  " << std::setprecision(0)
+                                   << static_cast<double>(per_step) * a.batch * a.seq / dt << " tok/s";
   }
   // The traced step: the kept step whose span is the median (the lower middle of an even count).
   std::vector<std::pair<double, std::size_t>> by_span;
@@ -342,8 +344,9 @@ int run_device_data_parallel(const TrainArgs& a) {
   const auto corpus = he::load_corpus(a.data);
   const std::size_t nparams = dp->host(0).num_parameters();
   if (!a.quiet)
-    std::cerr << "train '" << parsed.text << "': " << nparams << " parameters, " << ranks << " data-parallel ranks on "
-              << dp->device() << ", batch " << a.batch << " x " << a.seq << " bytes per rank\n";
+    io::log::Line("train", false) << "train '" << parsed.text << "': " << nparams << " parameters, " << ranks
+                                  << " data-parallel ranks on " << dp->device() << ", batch " << a.batch << " x "
+                                  << a.seq << " bytes per rank";
   std::vector<double> losses;
   double seconds = 0;
   for (int i = 0; i < a.steps; ++i) {
@@ -359,10 +362,10 @@ int run_device_data_parallel(const TrainArgs& a) {
     for (const auto& l : per_rank) total += l.total;
     losses.push_back(total);
     if (!a.quiet)
-      std::cerr << "step " << std::setw(5) << i + 1 << "  loss " << std::fixed << std::setprecision(4) << total
-                << "  |g| " << std::setprecision(3) << gnorm << "  " << std::setprecision(0)
-                << static_cast<double>(ranks) * a.batch * a.seq / dt << " tok/s\n"
-                << std::defaultfloat;
+      io::log::Line("step", false) << "step " << std::setw(5) << i + 1 << "  loss " << std::fixed
+                                   << std::setprecision(4) << total << "  |g| " << std::setprecision(3) << gnorm << "  "
+                                   << std::setprecision(0) << static_cast<double>(ranks) * a.batch * a.seq / dt
+                                   << " tok/s";
   }
   const double tokens_per_s = seconds > 0 ? static_cast<double>(a.steps) * ranks * a.batch * a.seq / seconds : 0.0;
   const double final_loss = losses.empty() ? 0.0 : losses.back();
@@ -438,9 +441,9 @@ int run(TrainArgs a) {
   if (a.backend == "cuda-host") device = he::cuda::make_host_device_model(model);
   if (device && !a.resume.empty()) device->upload_optimizer_state(state);
   if (!a.quiet)
-    std::cerr << "train '" << parsed.text << "': " << nparams << " parameters, batch " << a.batch << " x "
-              << a.seq << " bytes of " << corpus.source << " (" << corpus.bytes.size() << " bytes)"
-              << (device ? ", on " + device->device() : std::string()) << "\n";
+    io::log::Line("train", false) << "train '" << parsed.text << "': " << nparams << " parameters, batch " << a.batch
+                                  << " x " << a.seq << " bytes of " << corpus.source << " (" << corpus.bytes.size()
+                                  << " bytes)" << (device ? ", on " + device->device() : std::string());
 
   // With a checkpoint, SIGINT/SIGTERM stop the run between steps (or abandon a checkpoint being
   // written): the last completed checkpoint stays loadable, and the exit code is 128 + signal.
@@ -449,10 +452,10 @@ int run(TrainArgs a) {
   std::optional<std::int64_t> saved_step;
   auto stop = [&](std::int64_t done) {
     const int sig = io::interrupt_signal();
-    std::cerr << "interrupted by " << io::signal_name(sig) << " after step " << done << "; checkpoint '" << a.checkpoint
-              << "' "
-              << (saved_step ? "holds step " + std::to_string(*saved_step) : std::string("was left as it was"))
-              << "\n";
+    io::log::Line("train", false) << "interrupted by " << io::signal_name(sig) << " after step " << done
+                                  << "; checkpoint '" << a.checkpoint << "' "
+                                  << (saved_step ? "holds step " + std::to_string(*saved_step)
+                                                 : std::string("was left as it was"));
     return 128 + sig;
   };
   // Saves, or returns the exit code of an interrupted run.
@@ -499,11 +502,11 @@ int run(TrainArgs a) {
     if (!a.quiet) {
       double mtp = 0;
       for (double v : loss.mtp) mtp += v;
-      std::cerr << "step " << std::setw(5) << step + 1 << "  loss " << std::fixed << std::setprecision(4)
-                << loss.total << "  lm " << loss.lm << "  mtp " << mtp << "  aux " << loss.aux << "  z "
-                << loss.z << "  |g| " << std::setprecision(3) << gnorm << "  " << std::setprecision(0)
-                << static_cast<double>(a.batch) * a.seq / dt << " tok/s\n"
-                << std::defaultfloat;
+      io::log::Line("step", false) << "step " << std::setw(5) << step + 1 << "  loss " << std::fixed
+                                   << std::setprecision(4) << loss.total << "  lm " << loss.lm << "  mtp " << mtp
+                                   << "  aux " << loss.aux << "  z " << loss.z << "  |g| " << std::setprecision(3)
+                                   << gnorm << "  " << std::setprecision(0) << static_cast<double>(a.batch) * a.seq / dt
+                                   << " tok/s";
     }
     if (!a.checkpoint.empty() && a.checkpoint_every > 0 && (i + 1) % a.checkpoint_every == 0 && i + 1 < a.steps)
       if (const auto code = save(step + 1, step + 1)) return *code;

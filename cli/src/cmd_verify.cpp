@@ -21,6 +21,7 @@
 #include "ht/engine/rng.hpp"
 #include "ht/patterns/pattern.hpp"
 #include "ht/schedule/build.hpp"
+#include "ht/io/log.hpp"
 
 namespace ht::cli {
 namespace {
@@ -267,8 +268,8 @@ int run(const VerifyArgs& a) {
   if (a.backend == "cuda-host") return verify_cuda_layers_on_host(a.json_out);
   std::vector<Row> rows;
   for (const auto& vc : shipped_configs()) {
-    std::cerr << "verify: " << vc.name << " '" << vc.pattern << "' ep " << vc.ep << ", " << vc.microbatches
-              << " microbatches\n";
+    io::log::say("verify") << vc.name << " '" << vc.pattern << "' ep " << vc.ep << ", " << vc.microbatches
+                           << " microbatches";
     auto r = run_config(vc);
     rows.insert(rows.end(), r.begin(), r.end());
   }

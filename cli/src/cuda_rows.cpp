@@ -25,12 +25,13 @@
 #include "ht/engine/cuda/device_model.hpp"
 #include "ht/engine/cuda/layer_compare.hpp"
 #include "ht/engine/cuda_probe.hpp"
+#include "ht/io/log.hpp"
 
 namespace ht::cli {
 
 bool cuda_usable_or_say_why() {
   const auto probe = engine::cuda_probe();
-  if (!probe.usable) std::cerr << "hybrid-twin: no usable CUDA GPU: " << probe.reason << "\n";
+  if (!probe.usable) io::log::Line("cuda", false) << "hybrid-twin: no usable CUDA GPU: " << probe.reason;
   return probe.usable;
 }
 
@@ -84,7 +85,7 @@ int print_verify_rows(const std::vector<VerifyRow>& rows, bool json_out) {
 
 int verify_cpu_vs_cuda(bool json_out) {
   if (!cuda_usable_or_say_why()) return 2;
-  std::cerr << "verify: cpu_vs_cuda on " << engine::cuda_probe().device_name << "\n";
+  io::log::say("verify") << "cpu_vs_cuda on " << engine::cuda_probe().device_name;
   std::vector<VerifyRow> rows;
   for (const auto& r : engine::cuda::compare_cpu_vs_cuda(42))
     rows.push_back({"cpu_vs_cuda", r.op, r.max_abs_diff, r.bitwise, r.pass ? "pass" : "fail", r.note});
@@ -97,7 +98,7 @@ int verify_cpu_vs_cuda(bool json_out) {
                              try {
                                return engine::cuda::make_nccl_fabric(n);
                              } catch (const std::exception& e) {
-                               std::cerr << "verify: device_executor_devices_vs_one skipped: " << e.what() << "\n";
+                               io::log::say("verify") << "device_executor_devices_vs_one skipped: " << e.what();
                                return nullptr;
                              }
                            }));
@@ -105,7 +106,7 @@ int verify_cpu_vs_cuda(bool json_out) {
 }
 
 int verify_cuda_layers_on_host(bool json_out) {
-  std::cerr << "verify: the CUDA layer code on the host emulation of the device (no GPU involved)\n";
+  io::log::say("verify") << "the CUDA layer code on the host emulation of the device (no GPU involved)";
   std::vector<VerifyRow> rows;
   add_layer_rows(rows, "cpu_vs_cuda_host_layer", engine::cuda::compare_layers_host(42, {}));
   add_model_rows(rows, engine::cuda::compare_models(engine::cuda::make_host_device_model, 42));

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -31,10 +32,17 @@
 #include "plugins.hpp"
 #include "ht/io/error.hpp"
 #include "ht/io/interrupt.hpp"
+#include "ht/io/log.hpp"
 #include "ht/patterns/error.hpp"
 
 namespace ht::cli {
 namespace {
+
+// A report of several lines (--megatron-args' used and ignored arguments), line by line.
+void say_lines(std::string_view category, const std::string& text) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) io::log::Line(category, false) << line;
+}
 
 // A pattern that starts with '-' ("-M-") reads as an option to the parser; the parse error alone
 // ("PATTERN is required", "unexpected argument") does not say why.
@@ -104,7 +112,7 @@ namespace {
 int check_args_from(CLI::App& app, const std::string& file) {
   std::ifstream in(file);
   if (!in) {
-    std::cerr << "error: cannot read '" << file << "'\n";
+    ht::io::log::say("error") << "cannot read '" << file << "'";
     return 2;
   }
   bool all_parsed = true;
@@ -115,7 +123,7 @@ int check_args_from(CLI::App& app, const std::string& file) {
     try {
       args = nlohmann::json::parse(line).get<std::vector<std::string>>();
     } catch (const std::exception& e) {
-      std::cerr << "error: '" << file << "': a line is not a JSON array of strings (" << e.what() << ")\n";
+      ht::io::log::say("error") << "'" << file << "': a line is not a JSON array of strings (" << e.what() << ")";
       return 2;
     }
     std::string verdict = "ok";
@@ -158,6 +166,13 @@ bool hex_number(std::string_view v) {
 
 int main(int argc, char** argv) {
   ht::io::install_interrupt_handlers();
+  try {
+    const char* spec = std::getenv("HYBRID_TWIN_LOG");
+    ht::io::log::configure(spec ? spec : "");
+  } catch (const std::exception& e) {
+    ht::io::log::error() << e.what();
+    return 2;
+  }
   CLI::App app{"hybrid-twin: design, simulate, train and verify grouped hybrid models with "
                "expert-parallel overlap"};
   app.require_subcommand(1);
@@ -176,7 +191,7 @@ int main(int argc, char** argv) {
   if (!word.empty() && !holds(word)) {
     if (const std::string helper = ht::cli::helper_path(word); !helper.empty()) {
       execv(helper.c_str(), argv);
-      std::cerr << "error: cannot run " << helper << ": " << std::strerror(errno) << "\n";
+      ht::io::log::say("error") << "cannot run " << helper << ": " << std::strerror(errno);
       return 2;
     }
   }
@@ -191,11 +206,11 @@ int main(int argc, char** argv) {
                             }, 90});
     const std::vector<std::string> failed = ht::cli::load_command_plugins();
     if (!failed.empty() && !word.empty() && !holds(word) && std::string_view(argv[1]) != "--check-args-from") {
-      std::cerr << "error: '" << ht::cli::printable(word) << "' is not a command this build could open: "
-                << ht::cli::printable(failed.front()) << "\n";
+      ht::io::log::say("error") << "'" << ht::cli::printable(word)
+                                << "' is not a command this build could open: " << ht::cli::printable(failed.front());
       return 2;
     }
-    for (const auto& why : failed) std::cerr << "note: some commands are missing: " << ht::cli::printable(why) << "\n";
+    for (const auto& why : failed) ht::io::log::say("note") << "some commands are missing: " << ht::cli::printable(why);
   }
   std::stable_sort(commands.begin(), commands.end(),
                    [](const auto& a, const auto& b) { return a.order < b.order; });
@@ -206,7 +221,7 @@ int main(int argc, char** argv) {
       actions[sub] = spec.setup(*sub);
     }
   } catch (const std::exception& e) {
-    std::cerr << "internal error while building the command line: " << e.what() << "\n";
+    ht::io::log::Line("error", false) << "internal error while building the command line: " << e.what();
     return 3;
   }
   if (argc == 3 && std::string_view(argv[1]) == "--check-args-from") return check_args_from(app, argv[2]);
@@ -219,7 +234,7 @@ int main(int argc, char** argv) {
       return false;
     }, megatron_report);
   } catch (const std::exception& e) {
-    std::cerr << "error: " << ht::cli::printable(e.what()) << "\n";
+    ht::io::log::say("error") << ht::cli::printable(e.what());
     return 2;
   }
   // A first word that is no option and no command: name it and the commands there are.
@@ -231,8 +246,8 @@ int main(int argc, char** argv) {
       names += (names.empty() ? "" : ", ") + sub->get_name();
     }
     if (!known) {
-      std::cerr << "error: '" << ht::cli::printable(args[1]) << "' is not a command (" << names
-                << "); see 'hybrid-twin --help'\n";
+      ht::io::log::say("error") << "'" << ht::cli::printable(args[1]) << "' is not a command (" << names
+                                << "); see 'hybrid-twin --help'";
       return 2;
     }
   }
@@ -248,7 +263,7 @@ int main(int argc, char** argv) {
     std::string command = "<command>";
     for (CLI::App* sub : app.get_subcommands({}))
       if (args.size() > 1 && sub->get_name() == args[1]) command = args[1];
-    std::cerr << line << "; see 'hybrid-twin " << command << " --help'\n";
+    ht::io::log::Line("error", false) << line << "; see 'hybrid-twin " << command << " --help'";
     return 2;
   }
   // A value option given an empty value ('--gated-ffn ""') would read as 0 or as not given: refused.
@@ -258,7 +273,8 @@ int main(int argc, char** argv) {
         if (opt->get_type_size() > 0)
           for (const std::string& value : opt->results())
             if (value.empty()) {
-              std::cerr << "error: " << opt->get_name() << " was given an empty value; give one or leave the option out\n";
+              ht::io::log::say("error") << opt->get_name()
+                                        << " was given an empty value; give one or leave the option out";
               return 2;
             }
   // Numbers are written in decimal: CLI11 also reads '0x10', '0b11', '0o7', '+4', digit separators
@@ -271,39 +287,40 @@ int main(int argc, char** argv) {
         if (!whole && !type.starts_with("FLOAT")) continue;
         for (const std::string& value : opt->results())
           if (whole ? !plain_decimal(value) : hex_number(value)) {
-            std::cerr << "error: " << opt->get_name() << " = '" << ht::cli::printable(value) << "' is not a "
-                      << (whole ? "whole number in decimal digits" : "decimal number") << "\n";
+            ht::io::log::say("error") << opt->get_name() << " = '" << ht::cli::printable(value) << "' is not a "
+                                      << (whole ? "whole number in decimal digits" : "decimal number");
             return 2;
           }
       }
   if (check_args) {
-    std::cerr << megatron_report;
+    ht::cli::say_lines("megatron-args", megatron_report);
     return 0;
   }
   try {
     for (auto& [sub, action] : actions)
       if (sub->parsed()) {
         const int status = action();
-        if (status != 2) std::cerr << megatron_report;  // a refusal answers in its one line instead
+        // A refusal answers in its one line instead.
+        if (status != 2) ht::cli::say_lines("megatron-args", megatron_report);
         return status;
       }
     return 2;
   } catch (const ht::patterns::PatternError& e) {
-    std::cerr << "error: " << ht::cli::printable(e.what()) << "\n";
+    ht::io::log::say("error") << ht::cli::printable(e.what());
     std::istringstream caret(e.caret_line());  // the pattern and its caret, each line made printable
-    for (std::string line; std::getline(caret, line);) std::cerr << ht::cli::printable(line) << "\n";
+    for (std::string line; std::getline(caret, line);) ht::io::log::Line("error", false) << ht::cli::printable(line);
     return 2;
   } catch (const ht::io::IoError& e) {
-    std::cerr << "error: " << ht::cli::printable(e.what()) << "\n";
+    ht::io::log::say("error") << ht::cli::printable(e.what());
     if (e.code() == ht::io::IoErrorCode::Interrupted && ht::io::interrupt_signal() != 0)
       return 128 + ht::io::interrupt_signal();
     return 2;
   } catch (const std::bad_alloc&) {
-    std::cerr << "error: out of memory: the input asks for more memory than this process may use "
-                 "(reduce the sizes it gives, or raise the memory limit)\n";
+    ht::io::log::say("error") << "out of memory: the input asks for more memory than this process may use "
+                                 "(reduce the sizes it gives, or raise the memory limit)";
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "error: " << ht::cli::printable(e.what()) << "\n";
+    ht::io::log::say("error") << ht::cli::printable(e.what());
     return 2;
   }
 }

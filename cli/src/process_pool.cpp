@@ -49,7 +49,7 @@ std::vector<nlohmann::json> parallel_map(
   }
   std::size_t received = 0;
   double next_report = 1;  // seconds: one progress line, redrawn at most once a second
-  ProgressLine progress;
+  io::log::Progress progress("progress");
   const auto t0 = std::chrono::steady_clock::now();
   int open = workers;
   while (open > 0) {

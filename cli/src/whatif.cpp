@@ -71,11 +71,12 @@ Run simulate(const Setup& s, const sim::ReplayOptions& replay_options, bool keep
     // (a 2048-GPU --no-fold run was silent for over ten minutes).
     if (size.nodes > 1e6 || size.transfers > 1e7) {
       char text[320];
-      std::snprintf(text, sizeof text,
-                    "simulate: about %.2g nodes and %.2g transfers on %.0f simulated ranks; this can take minutes%s\n",
-                    size.nodes, size.transfers, built,
-                    built < s.parallel.global_ranks() ? "" : " (without --no-fold, ranks doing the same work are simulated once)");
-      std::fputs(text, stderr);
+      std::snprintf(
+          text, sizeof text, "about %.2g nodes and %.2g transfers on %.0f simulated ranks; this can take minutes%s",
+          size.nodes, size.transfers, built,
+          built < s.parallel.global_ranks() ? ""
+                                            : " (without --no-fold, ranks doing the same work are simulated once)");
+      io::log::say("simulate") << text;
     }
   }
   run.plan = hs::build_plan(parsed, s.dims, s.parallel, run.options);
@@ -96,7 +97,7 @@ Run simulate(const Setup& s, const sim::ReplayOptions& replay_options, bool keep
   run.peak_flops = s.platform.gpu.peak_flops;
   sim::ReplayOptions o = replay_options;
   o.keep_timeline = keep_timeline;
-  auto line = std::make_shared<ProgressLine>();
+  auto line = std::make_shared<io::log::Progress>("progress");
   if (run.plan.nodes.size() > 200000 && !quiet)
     o.progress = [line, start = std::chrono::steady_clock::now()](double f) {
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -191,26 +192,6 @@ std::string TrainBudget::line(double tokens_per_s, int gpus) const {
     out += text;
   }
   return out;
-}
-
-ProgressLine::ProgressLine() : tty_(isatty(2) != 0) {}
-
-void ProgressLine::draw(const std::string& text, double elapsed_s) {
-  if (tty_) {
-    std::fprintf(stderr, "\r\033[K%s", text.c_str());
-  } else {
-    if (elapsed_s < next_line_s_) return;
-    std::fprintf(stderr, "%s\n", text.c_str());
-    next_line_s_ = elapsed_s + 10;
-  }
-  std::fflush(stderr);
-  drawn_ = true;
-}
-
-void ProgressLine::clear() {
-  if (tty_ && drawn_) std::fprintf(stderr, "\r\033[K");
-  std::fflush(stderr);
-  drawn_ = false;
 }
 
 nlohmann::json summary_json(const Run& r) {

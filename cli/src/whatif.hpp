@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.hpp"
+#include "ht/io/log.hpp"
 
 #include "ht/patterns/pattern.hpp"
 #include "ht/schedule/build.hpp"
@@ -96,21 +97,6 @@ struct TrainBudgetFlags {
 void add_train_budget_flags(CLI::App& sub, TrainBudgetFlags& flags);
 // Adds "train" (TrainBudget::json) to each simulate --json object when the budget is asked.
 void add_train_json(std::vector<nlohmann::json>& rows, const TrainBudget& budget);
-
-// One progress line on stderr. On a terminal it is redrawn in place and erased before results
-// are printed; elsewhere (a log, a pipe) each update is a line of its own, at most one every
-// 10 s, so a log holds no carriage returns and no result starts on a progress line.
-class ProgressLine {
- public:
-  ProgressLine();
-  void draw(const std::string& text, double elapsed_s);
-  void clear();
-
- private:
-  bool tty_;
-  bool drawn_ = false;
-  double next_line_s_ = 0;
-};
 
 inline constexpr double kGiB = 1024.0 * 1024 * 1024;
 double tokens_per_s(const Run& r);

@@ -6,6 +6,7 @@
 #include "ht/schedule/hf_config.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <map>
 #include <set>
@@ -21,6 +22,41 @@ namespace ht::schedule {
 namespace {
 
 [[noreturn]] void bad(const std::string& message) { throw ScheduleError(ErrorCode::BadModel, message); }
+
+// Python's json module writes the floats JSON has no word for as bare NaN, Infinity and -Infinity,
+// and published configs hold them (Nemotron-H's "time_step_limit": [0.0, Infinity]). Outside
+// strings these words become the strings "NaN", "Infinity", "-Infinity": a field the import reads
+// that holds one is refused as not a number, by name; one it does not read is listed as unused.
+std::string python_constants_as_strings(std::string_view text) {
+  std::string out;
+  out.reserve(text.size() + 16);
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char ch = text[i];
+    if (in_string) {
+      out += ch;
+      if (ch == '\\' && i + 1 < text.size()) out += text[++i];
+      else if (ch == '"') in_string = false;
+      continue;
+    }
+    if (ch == '"') in_string = true;
+    bool replaced = false;
+    for (std::string_view word : {"-Infinity", "Infinity", "NaN"})
+      if (text.substr(i, word.size()) == word) {
+        const std::size_t end = i + word.size();
+        const auto is_word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+        if ((i > 0 && is_word(text[i - 1])) || (end < text.size() && is_word(text[end]))) break;
+        out += '"';
+        out += word;
+        out += '"';
+        i = end - 1;
+        replaced = true;
+        break;
+      }
+    if (!replaced) out += ch;
+  }
+  return out;
+}
 
 class Reader {
  public:
@@ -251,6 +287,8 @@ void nemotron_h(Reader& r, ModelCard& c) {
     required(r, d, {{"n_routed_experts", &ModelDims::num_experts}, {"num_experts_per_tok", &ModelDims::top_k},
                     {"moe_intermediate_size", &ModelDims::moe_ffn_hidden}});
     d.shared_expert_ffn = checked_int(r.integer_or("moe_shared_expert_intermediate_size", 0));
+    // LatentMoE (Nemotron 3 Super): routed experts work at this width between two projections.
+    d.moe_latent_size = checked_int(r.integer_or("moe_latent_size", 0));
   }
   c.pattern = r.text("hybrid_override_pattern");
   const long long n = r.integer_or("num_hidden_layers", static_cast<long long>(c.pattern.size()));
@@ -259,6 +297,13 @@ void nemotron_h(Reader& r, ModelCard& c) {
         std::to_string(n));
   // The dense MLP size prices only '-' layers (Nemotron 3 Nano's config repeats its expert size there).
   if (c.pattern.find('-') != std::string::npos) d.ffn_hidden = checked_int(r.integer("intermediate_size"));
+  // MTP depths, each the layers of mtp_hybrid_override_pattern (Nemotron 3 Super: one '*E').
+  const long long depths = r.integer_or("num_nextn_predict_layers", 0);
+  if (depths < 0 || depths > 16) r.refuse("num_nextn_predict_layers", depths, "must be 0 to 16");
+  if (depths > 0) {
+    const std::string mtp = r.text("mtp_hybrid_override_pattern");
+    for (long long k = 0; k < depths; ++k) c.pattern += "/" + mtp;
+  }
 }
 
 // Jamba: every decoder layer a mixer (attention every attn_layer_period-th layer from
@@ -312,7 +357,7 @@ const std::map<std::string, Mapper>& mappers() {
 
 bool is_hf_config(std::string_view text) {
   try {
-    const auto j = detail::parse_json(text, "model file", ErrorCode::BadModel);
+    const auto j = detail::parse_json(python_constants_as_strings(text), "model file", ErrorCode::BadModel);
     return j.is_object() && j.contains("model_type") && j["model_type"].is_string() && !j.contains("dims");
   } catch (const ScheduleError&) {
     return false;
@@ -326,7 +371,8 @@ std::vector<std::string> hf_families() {
 }
 
 HfImport import_hf_config(std::string_view text, const std::string& where) {
-  const nlohmann::json j = detail::parse_json(text, "Hugging Face config " + where, ErrorCode::BadModel);
+  const nlohmann::json j =
+      detail::parse_json(python_constants_as_strings(text), "Hugging Face config " + where, ErrorCode::BadModel);
   if (!j.is_object() || !j.contains("model_type") || !j["model_type"].is_string())
     bad(where + ": not a Hugging Face config.json (no \"model_type\")");
   HfImport out;

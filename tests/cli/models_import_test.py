@@ -28,7 +28,10 @@ cards = {"Qwen3-235B-A22B.json": "qwen3-235b-a22b", "Qwen3-30B-A3B.json": "qwen3
          "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json": "nemotron-3-nano",
          # One bracket per Jamba decoder layer (mixer + FFN): the grouped card; its published
          # counts are the flat card's (the same parameters).
-         "AI21-Jamba-1.5-Mini.json": ("jamba-v0.1-grouped", "jamba-v0.1")}
+         "AI21-Jamba-1.5-Mini.json": ("jamba-v0.1-grouped", "jamba-v0.1"),
+         # Both carry Python's bare Infinity ("time_step_limit": [0.0, Infinity]), read as a string.
+         "Nemotron-H-56B-Base-8K.json": "nemotron-h-56b",
+         "NVIDIA-Nemotron-3-Super-120B-A12B-FP8.json": "nemotron-3-super-mtp"}
 with tempfile.TemporaryDirectory() as d:
     for config, name in cards.items():
         name, published_by = name if isinstance(name, tuple) else (name, name)
@@ -42,10 +45,16 @@ with tempfile.TemporaryDirectory() as d:
         want = json.loads(run(["models", name, "--json"])[1])
         # The card of a config with no MTP field compares its decoder (the card adds its MTP depth).
         mtp = "/" in want["pattern"] and "/" not in got["pattern"]
-        pattern_ok = got["pattern"] == (want["pattern"].split("/")[0] if mtp else want["pattern"])
-        check(pattern_ok, f"{config}: the pattern derived from the layer types is the card's")
+        want_pattern = want["pattern"].split("/")[0] if mtp else want["pattern"]
+        # A card whose MTP depths share one set of weights (its training recipe repeats the config's
+        # one MTP layer: Nemotron 3 Super) compares its first depth; the count is the same, once.
+        repeated = want["dims"].get("mtp_shared_weights") == 1 and got["pattern"].count("/") == 1
+        if repeated:
+            want_pattern = "/".join(want["pattern"].split("/")[:2])
+        check(got["pattern"] == want_pattern, f"{config}: the pattern derived from the layer types is the card's")
         # seq_len is the card's published pre-training length, which no config states.
-        differ = {k: (got["dims"][k], want["dims"][k]) for k in got["dims"] if k != "seq_len" and got["dims"][k] != want["dims"][k]}
+        skip = {"seq_len"} | ({"mtp_shared_weights"} if repeated else set())
+        differ = {k: (got["dims"][k], want["dims"][k]) for k in got["dims"] if k not in skip and got["dims"][k] != want["dims"][k]}
         check(not differ and got["dims"].keys() == want["dims"].keys(),
               f"{config}: every dimension equals the card's {differ}")
         total = want["total_params"] - (want["mtp_params"] if mtp else 0)
@@ -118,6 +127,14 @@ with tempfile.TemporaryDirectory() as d:
     refused_one_line(dict(q, mlp_only_layers=[-1]), ['"mlp_only_layers" = -1', "[0, num_hidden_layers - 1 = 47]"])
     ds = json.load(open(os.path.join(FIX, "DeepSeek-V3.json")))
     refused_one_line(dict(ds, moe_layer_freq=0), ['"moe_layer_freq" = 0', "must be >= 1"])
+    # Python's bare Infinity in a field the import reads is that field's refusal, not a JSON error
+    # (json.dump writes float("inf") as Infinity); in a field it does not read it is listed unused.
+    refused_one_line(dict(q, hidden_size=float("inf")), ['"hidden_size"'])
+    f = os.path.join(d, "inf.json")
+    json.dump(dict(q, time_step_limit=[0.0, float("inf")], rope_scaling_nan=float("nan")), open(f, "w"))
+    rc, out, err = run(["models", "import", f])
+    check(rc == 0 and "time_step_limit" in err and "rope_scaling_nan" in err,
+          f"bare Infinity and NaN in unused fields import, listed as not used: {err.strip()[-200:]}")
     # decoder_sparse_step 2 is valid: every second layer MoE.
     f = os.path.join(d, "step2.json")
     json.dump(dict(q, decoder_sparse_step=2), open(f, "w"))

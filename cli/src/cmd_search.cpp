@@ -58,6 +58,7 @@ struct SearchArgs {
   std::vector<int> tp{1, 2, 4, 8}, cp{1}, pp{1, 2, 4, 8}, vpp{0, 2, 3, 4}, ep, etp{1}, mbs{1, 2};
   std::vector<std::string> recompute{"none", "layernorm,moe_act", "full"};
   std::vector<std::string> overlap{"off", "on"};
+  std::string offload = "none";  // --offload-modules, for every layout
   bool json_out = false, no_prune = false;
   std::string emit_jobs, jobs_dir = "search-results", bin = "hybrid-twin";
   PhysicsFlags physics;
@@ -76,6 +77,7 @@ Setup setup_of(const Setup& base, const SearchArgs& a, const Candidate& c) {
   cfg.optimizer.overlap_grad_reduce = true;
   cfg.optimizer.overlap_param_gather = true;
   cfg.recompute = hs::parse_recompute(c.recompute);
+  cfg.offload = hs::parse_offload(a.offload);
   if (c.pp > 1) cfg.split = a.split;
   hs::LayoutRequest r;
   r.gpus = a.gpus, r.gbs = a.gbs, r.tp = c.tp, r.cp = c.cp, r.pp = c.pp, r.vpp = c.vpp, r.ep = c.ep, r.etp = c.etp;
@@ -410,6 +412,7 @@ std::string job_command(const SearchArgs& a, const Setup& base, const Candidate&
     << a.physics.precision << " --moe-dispatch-dtype " << a.physics.dispatch_dtype
     << (a.physics.tp_comm_overlap ? " --tp-comm-overlap" : "")
     << (a.physics.cross_entropy_fusion ? " --cross-entropy-fusion" : "")
+    << (a.offload != "none" ? " --offload-modules " + shell_quote(a.offload) : "")
     << (a.physics.memory_margin_gib > 0 ? " --memory-margin " + shell_quote(std::to_string(a.physics.memory_margin_gib)) : "");
   if (c.pp > 1 && a.split.first_stage_layers >= 0) o << " --first-stage-layers " << a.split.first_stage_layers;
   if (c.pp > 1 && a.split.last_stage_layers >= 0) o << " --last-stage-layers " << a.split.last_stage_layers;
@@ -451,6 +454,7 @@ int run_search(const SearchArgs& a) {
   at_least(a.mbs, "--mbs-list", 1);
   once(a.recompute, "--recompute-list");
   once(a.overlap, "--overlap-list");
+  (void)hs::parse_offload(a.offload);  // a bad module is the command's error, not every layout's refusal
   if (a.jobs_dir.empty()) throw UsageError("--jobs-dir is empty");
   // The emitted commands run under a shell, one per line: the program and the folder must be a
   // name a shell line can hold (quoted), and the folder must not be the jobs file itself.
@@ -728,6 +732,10 @@ const Registration search_reg{{
       sub.add_option("--mbs-list", a->mbs, "micro batch sizes")->delimiter(',')->capture_default_str()->group(space);
       sub.add_option("--recompute-list", a->recompute, "recomputation settings ('none', 'full', module lists; ';'-separated)")
           ->delimiter(';')
+          ->capture_default_str()
+          ->group(space);
+      sub.add_option("--offload-modules", a->offload,
+                     "fine-grained activation offloading of every layout (simulate's --offload-modules)")
           ->capture_default_str()
           ->group(space);
       sub.add_option("--overlap-list", a->overlap, "EP overlap settings")

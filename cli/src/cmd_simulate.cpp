@@ -71,7 +71,8 @@ void print_run(const Setup& s, const Run& r, const TrainBudget& budget) {
             << l.microbatches << " microbatches x " << r.global_batch / (double(l.dp) * l.microbatches) << "\n"
             << "schedule     " << r.plan.schedule << ", overlap " << (r.plan.overlap ? "on" : "off")
             << ", delayed wgrad " << (r.plan.delay_wgrad ? "on" : "off") << ", recompute "
-            << hs::to_string(l.recompute) << "\n"
+            << hs::to_string(l.recompute)
+            << (l.offload.any() ? ", offload " + hs::to_string(l.offload) : std::string()) << "\n"
             << "grad sync    "
             << (l.optimizer.fsdp ? std::string("Megatron-FSDP: each layer gathered before its forward and backward, "
                                                "its gradients reduce-scattered after")

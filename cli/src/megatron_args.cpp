@@ -5,6 +5,7 @@
 // EP overlap and delayed wgrad all off unless asked. docs/inputs.md lists it argument by argument.
 #include "megatron_args.hpp"
 
+#include <cstdlib>
 #include <algorithm>
 #include <functional>
 #include <cmath>
@@ -243,8 +244,7 @@ class Translator {
     const std::vector<std::pair<std::string, std::string>> not_described{
         {"--moe-expert-capacity-factor", "token dropping (a capacity factor) is not modelled; the twin is dropless"},
         {"--moe-pad-expert-input-to-capacity", "padding experts to capacity is not modelled"},
-        {"--cpu-offloading", "activation offloading is not modelled"},
-        {"--fine-grained-activation-offloading", "activation offloading is not modelled"},
+        {"--cpu-offloading", "layer-level activation offloading is not modelled (--fine-grained-activation-offloading is)"},
         {"--pipeline-model-parallel-layout", "explicit pipeline layouts are not read yet; use "
                                              "--decoder-first/last-pipeline-num-layers"},
         {"--num-experts-per-rank", "not a Megatron argument the twin knows"},
@@ -506,6 +506,21 @@ class Translator {
       emit("--recompute", modules.empty() ? "core_attn" : modules);  // Megatron's default module
     } else if (granularity) {
       refuse("--recompute-granularity = '" + shown(*granularity) + "' (expected full or selective)");
+    }
+    // Fine-grained activation offloading: the modules, when the switch is on; what the twin does
+    // not model changes the answer and is refused.
+    if (flag("--fine-grained-activation-offloading")) {
+      if (!has("--offload-modules")) refuse("--fine-grained-activation-offloading without --offload-modules");
+      use("--offload-modules");
+      std::string modules;
+      for (const std::string& m : a_.at("--offload-modules")) modules += (modules.empty() ? "" : ",") + m;
+      emit("--offload-modules", modules);
+      if (const auto f = value("--activation-offload-fraction"); f && std::strtod(f->c_str(), nullptr) != 1.0)
+        refuse("--activation-offload-fraction = '" + shown(*f) + "' (the twin offloads every eligible group: 1)");
+      if (const auto d = int_value("--delta-offload-bytes-across-pp-ranks"); d && *d != 0)
+        refuse("--delta-offload-bytes-across-pp-ranks = " + std::to_string(*d) + " (the twin offloads alike on every stage: 0)");
+      if (const auto m = int_value("--min-offloaded-tensor-size"); m && *m != 1048576)
+        refuse("--min-offloaded-tensor-size = " + std::to_string(*m) + " (the twin offloads every listed module's tensors)");
     }
     // The dispatcher.
     if (const auto d = value("--moe-token-dispatcher-type")) {

@@ -80,6 +80,7 @@ struct LayoutFlags {
   std::string recompute = "none";
   std::string recompute_method;  // "" (not given), uniform or block
   int recompute_num_layers = -1;
+  std::string offload = "none";  // --offload-modules
   std::string grad_sync = "megatron";
   bool no_distributed_optimizer = false, no_overlap_grad_reduce = false, no_overlap_param_gather = false;
   bool fsdp = false;
@@ -102,6 +103,7 @@ struct LayoutFlags {
     } else if (recompute_num_layers > 1) {
       c.recompute.uniform_layers = recompute_num_layers;
     }
+    c.offload = schedule::parse_offload(offload);
     if (grad_sync == "megatron") {
       c.optimizer.sync = schedule::GradSync::Megatron;
       c.optimizer.distributed = !no_distributed_optimizer;
@@ -174,6 +176,11 @@ inline void add_layout_flags(CLI::App& sub, LayoutFlags& f) {
                  "block: layers recomputed per model chunk; uniform: layers per recomputed unit (default 1)")
       ->check(kNonNegative)
       ->group(train);
+  sub.add_option("--offload-modules", f.offload,
+                 "fine-grained activation offloading (Megatron's --offload-modules): none, or modules attn_norm,"
+                 "qkv_linear,core_attn,attn_proj,mlp_norm,expert_fc1,moe_act whose saved activations go to host memory "
+                 "over the host link")
+      ->capture_default_str()->group(train);
   sub.add_option("--grad-sync", f.grad_sync,
                  "megatron: DDP buckets, optimizer step, distributed optimizer; end-of-step: one all-reduce after the "
                  "backward (what the engine does)")

@@ -226,6 +226,7 @@ nlohmann::json summary_json(const Run& r) {
             {"dp", l.dp}, {"ep", l.ep}, {"etp", l.etp}, {"edp", l.edp()}, {"microbatches", l.microbatches},
             {"mbs", static_cast<int>(r.global_batch / (double(l.dp) * l.microbatches))},
             {"gbs", r.global_batch}, {"seq_len", r.seq_len}, {"recompute", hs::to_string(l.recompute)},
+            {"offload", hs::to_string(l.offload)},
             {"grad_sync", l.optimizer.sync == hs::GradSync::Megatron ? "megatron" : "end-of-step"},
             {"distributed_optimizer", l.optimizer.distributed},
             {"fsdp", l.optimizer.fsdp},

@@ -33,6 +33,7 @@
 #include "ht/schedule/fold.hpp"
 #include "ht/schedule/layer_shape.hpp"
 #include "ht/schedule/layout.hpp"
+#include "ht/schedule/memory.hpp"
 #include "ht/schedule/params.hpp"
 #include "ht/schedule/pipeline_order.hpp"
 #include "ht/schedule/plan_size.hpp"
@@ -56,9 +57,18 @@ struct Chunk {
 // Kernel lists shared by many nodes, numbered in order of first use.
 class WorkTable {
  public:
-  int intern(const std::vector<Kernel>& raw) {
-    if (raw.empty()) return -1;
-    const std::vector<Kernel> kernels = with_precision(raw, precision);
+  int intern(const std::vector<Kernel>& raw) { return raw.empty() ? -1 : insert(with_precision(raw, precision)); }
+  // Work `id`'s kernels (already in the number format) and one more.
+  int with(int id, const Kernel& extra) {
+    std::vector<Kernel> kernels = works.at(static_cast<std::size_t>(id)).kernels;
+    kernels.push_back(extra);
+    return insert(kernels);
+  }
+  std::vector<Work> works;
+  Precision precision = Precision::Bf16;
+
+ private:
+  int insert(const std::vector<Kernel>& kernels) {
     std::vector<double> key;
     key.reserve(kernels.size() * 9);
     for (const Kernel& k : kernels)
@@ -67,10 +77,6 @@ class WorkTable {
     if (fresh) works.push_back({kernels});
     return it->second;
   }
-  std::vector<Work> works;
-  Precision precision = Precision::Bf16;
-
- private:
   std::map<std::vector<double>, int> index_;
 };
 
@@ -327,12 +333,41 @@ class RankBuilder {
       a2a_node(l, s, phase, c);
       return;
     }
+    const std::size_t first = nodes.size();
     if (ctx_.blocks() && phase != Phase::Weight) {
       emit_blocks(l, s, phase, c, slot_blocks(l, s));
-      return;
+    } else {
+      const SlotWork work = slot_work(l.shape, s, ctx_.dims, ctx_.cfg.ep, coords_.ep, ctx_.route, ctx_.shard);
+      compute_node(l, s, phase, c, work, "");
     }
-    const SlotWork work = slot_work(l.shape, s, ctx_.dims, ctx_.cfg.ep, coords_.ep, ctx_.route, ctx_.shard);
-    compute_node(l, s, phase, c, work, "");
+    if (phase == Phase::Forward || phase == Phase::Backward) offload_copies(l, s, first);
+  }
+
+  // Activation offloading: the slot's offloaded activations (memory.hpp offloaded_elements) cross
+  // the host link beside its kernels, D2H in the forward and H2D in the backward; each compute
+  // node of the slot from `first` on carries a HostCopy kernel with its FLOP share of the bytes.
+  void offload_copies(const LayerInfo& l, Slot s, std::size_t first) {
+    if (!ctx_.cfg.offload.any() || (s != Slot::PreDispatch && s != Slot::Mlp)) return;
+    double elements = 0;
+    if (s == Slot::Mlp) {
+      elements = offloaded_elements(l.shape.terminal, ctx_.dims, ctx_.cfg).mlp;
+    } else {
+      for (char sym : l.shape.symbols) elements += offloaded_elements(sym, ctx_.dims, ctx_.cfg).pre;
+    }
+    const double bytes = elements * ctx_.dims.bytes_per_element * owned_tokens(ctx_.dims, ctx_.shard);
+    if (bytes <= 0) return;
+    double flops = 0;
+    std::vector<std::size_t> carriers;
+    for (std::size_t id = first; id < nodes.size(); ++id)
+      if (nodes[id].stream == Stream::Compute && nodes[id].part == Part::Main && nodes[id].work >= 0) {
+        carriers.push_back(id);
+        flops += nodes[id].flops;
+      }
+    for (std::size_t id : carriers) {
+      Node& n = nodes[id];
+      const double share = flops > 0 ? n.flops / flops : 1.0 / static_cast<double>(carriers.size());
+      n.work = ctx_.works->with(n.work, {KernelKind::HostCopy, false, 0, 0, 0, 1, 0, share * bytes});
+    }
   }
 
   // A dispatch or combine all-to-all over the EP group, with the expert-TP gather (after the
@@ -812,6 +847,16 @@ void check_recompute(const patterns::ParsedPattern& pattern, const ParallelConfi
     reject(ErrorCode::O7_OverlapConfig,
            "recomputing the 'moe' module replays its all-to-alls and is not supported with the EP all-to-all "
            "overlap (Megatron's rule); use moe_act or turn overlap off");
+  // Fine-grained activation offloading, by Megatron's TransformerConfig checks.
+  const Offload& o = config.offload;
+  if (r.has(kRecomputeMoe) && (o.has(kOffloadExpertFc1) || o.has(kOffloadMoeAct)))
+    reject(ErrorCode::BadConfig,
+           "offload: expert_fc1 and moe_act cannot be offloaded while the whole 'moe' module recomputes (its forward "
+           "saves nothing to offload; Megatron's rule)");
+  if (r.full && o.any())
+    reject(ErrorCode::BadConfig,
+           "offload: full recomputation keeps only each layer's input, so there is nothing to offload; use selective "
+           "recompute modules or no offloading");
 }
 
 }  // namespace

@@ -291,6 +291,53 @@ std::string to_string(const Recompute& r) {
   return out.empty() ? "none" : out;
 }
 
+std::span<const OffloadName> offload_names() {
+  static constexpr std::array<OffloadName, 7> kNames{{
+      {"attn_norm", kOffloadAttnNorm},
+      {"qkv_linear", kOffloadQkvLinear},
+      {"core_attn", kOffloadCoreAttn},
+      {"attn_proj", kOffloadAttnProj},
+      {"mlp_norm", kOffloadMlpNorm},
+      {"expert_fc1", kOffloadExpertFc1},
+      {"moe_act", kOffloadMoeAct},
+  }};
+  return kNames;
+}
+
+Offload parse_offload(std::string_view text) {
+  Offload o;
+  if (text.empty()) bad_config("offload modules are empty: give none or a comma-separated list of modules");
+  if (text == "none") return o;
+  std::size_t begin = 0;
+  while (begin <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', begin), text.size());
+    const std::string_view name = text.substr(begin, comma - begin);
+    bool found = false;
+    for (const OffloadName& n : offload_names())
+      if (n.name == name) o.modules |= n.module, found = true;
+    if (!found && (name == "fused_group_mlp" || name == "gdp_qkv"))
+      bad_config("offload module '" + std::string(name) +
+                 "' is not modelled (Transformer Engine's fused grouped MLP, GatedDeltaProduct's QKV)");
+    if (!found) {
+      std::string known = "none";
+      for (const OffloadName& n : offload_names()) known += ", " + std::string(n.name);
+      bad_config("unknown offload module '" + std::string(name.substr(0, 40)) + "' (known: " + known + ")");
+    }
+    begin = comma + 1;
+  }
+  if (o.has(kOffloadAttnProj) && !o.has(kOffloadCoreAttn))
+    bad_config("offload: attn_proj needs core_attn (its input is the core attention's output, which the core's "
+               "backward keeps on the GPU otherwise; Megatron's rule)");
+  return o;
+}
+
+std::string to_string(const Offload& o) {
+  std::string out;
+  for (const OffloadName& n : offload_names())
+    if (o.has(n.module)) out += (out.empty() ? "" : ",") + std::string(n.name);
+  return out.empty() ? "none" : out;
+}
+
 namespace {
 constexpr std::array<std::pair<Dispatcher, std::string_view>, 4> kDispatchers{
     {{Dispatcher::AllGather, "allgather"}, {Dispatcher::AllToAll, "alltoall"}, {Dispatcher::DeepEP, "deepep"},

@@ -22,6 +22,19 @@ struct Kept {
   double fp32_bytes = 0;
 };
 
+// Per owned token, what an attention layer's core reads and writes: its queries, its keys and
+// values (of every KV head the rank holds: max(groups, tp) under TP; MLA: one per head) and its
+// output.
+struct AttnSizes {
+  double q = 0, kv = 0, out = 0;
+};
+AttnSizes attn_sizes(char c, const ModelDims& d, double t) {
+  const double a = d.num_heads;
+  if (c == '*' || c == 'W') return {a * d.head_dim, 2 * d.head_dim * std::max(double(d.num_kv_heads), t), a * d.head_dim};
+  const double qk = double(d.mla_qk_dim()) + d.mla_rope_head_dim, v = d.mla_v_dim();  // MLA
+  return {a * qk, a * qk + a * v, a * v};
+}
+
 Kept symbol_kept(char c, const ModelDims& d, const ParallelConfig& cfg) {
   const double h = d.hidden, t = cfg.tp;
   const Recompute& rc = cfg.recompute;
@@ -29,9 +42,9 @@ Kept symbol_kept(char c, const ModelDims& d, const ParallelConfig& cfg) {
   switch (c) {
     case '*':
     case 'W': {
-      const double a = d.num_heads, g = d.num_kv_heads, hd = d.head_dim;
-      k.elements = 2 * h + 2 * a * hd + 2 * hd * std::max(g, t) + d.attn_output_gate * a * hd;
-      k.fp32_bytes = 4 * a;  // softmax statistics
+      const AttnSizes at = attn_sizes(c, d, t);
+      k.elements = 2 * h + at.q + at.kv + at.out + d.attn_output_gate * at.out;
+      k.fp32_bytes = 4.0 * d.num_heads;  // softmax statistics
       break;
     }
     case '+':
@@ -39,7 +52,8 @@ Kept symbol_kept(char c, const ModelDims& d, const ParallelConfig& cfg) {
     case 'C':
     case 'H': {
       const double a = d.num_heads, qk = double(d.mla_qk_dim()) + d.mla_rope_head_dim, v = d.mla_v_dim();
-      k.elements = 2 * h + 2.0 * d.q_lora_rank + 2.0 * d.kv_lora_rank + 2 * a * qk + 2 * a * v;
+      const AttnSizes at = attn_sizes(c, d, t);
+      k.elements = 2 * h + 2.0 * d.q_lora_rank + 2.0 * d.kv_lora_rank + at.q + at.kv + at.out;
       k.fp32_bytes = 4 * a;
       if (rc.has(kRecomputeMlaUpProj)) k.elements -= 2 * a * qk + a * v;
       if (rc.has(kRecomputeLayernorm)) k.elements -= h;
@@ -81,6 +95,47 @@ Kept symbol_kept(char c, const ModelDims& d, const ParallelConfig& cfg) {
   return k;
 }
 
+}  // namespace
+
+OffloadSplit offloaded_elements(char c, const ModelDims& d, const ParallelConfig& cfg) {
+  const Offload& o = cfg.offload;
+  OffloadSplit out;
+  if (!o.any() || cfg.recompute.full) return out;
+  const double h = d.hidden, t = cfg.tp;
+  switch (c) {
+    case '*':
+    case 'W':
+    case '+':
+    case 'D':
+    case 'C':
+    case 'H': {
+      const AttnSizes at = attn_sizes(c, d, t);
+      out.pre = (o.has(kOffloadAttnNorm) ? h : 0) + (o.has(kOffloadQkvLinear) ? h : 0) +
+                (o.has(kOffloadCoreAttn) ? at.q + at.kv : 0) + (o.has(kOffloadAttnProj) ? at.out : 0);
+      break;
+    }
+    case '-': out.mlp = o.has(kOffloadMlpNorm) ? h : 0; break;
+    case 'E': {
+      const double x = d.ffn_matrices(), kk = d.top_k, te = cfg.etp;
+      out.pre = o.has(kOffloadMlpNorm) ? h : 0;
+      out.mlp = (o.has(kOffloadExpertFc1) ? kk * te * d.moe_width() : 0) +
+                (o.has(kOffloadMoeAct) ? kk * (x - 1) * d.moe_ffn_hidden : 0);
+      break;
+    }
+    default: break;
+  }
+  // Never more than the symbol keeps (recomputed modules keep less).
+  const double kept = symbol_kept(c, d, cfg).elements;
+  if (out.total() > kept) {
+    const double scale = kept / out.total();
+    out.pre *= scale;
+    out.mlp *= scale;
+  }
+  return out;
+}
+
+namespace {
+
 // Bytes of the output layer and loss (final norm input, output-layer input, fp32 softmax of the
 // vocabulary shard) for one microbatch, per prediction head.
 double output_bytes(const ModelDims& d, const ParallelConfig& cfg) {
@@ -106,8 +161,11 @@ double layer_activation_bytes(const std::string& symbols, bool mtp, const ModelD
   double kept = 0, full = 0;
   for (char c : symbols) {
     const Kept k = symbol_kept(c, d, cfg), all = symbol_kept(c, d, plain);
-    kept += k.elements * beta + k.fp32_bytes;
-    full += all.elements * beta + all.fp32_bytes;
+    // Offloaded activations: off the GPU between forward and backward; while the layer's backward
+    // runs, the next layer's come back beside its own (reloaded one layer ahead).
+    const double off = offloaded_elements(c, d, cfg).total() * beta;
+    kept += k.elements * beta + k.fp32_bytes - off;
+    full += all.elements * beta + all.fp32_bytes + off;
   }
   if (mtp) {  // enorm/hnorm in and out, the eh_proj input (2h); its output head is on post_process
     kept += 6.0 * d.hidden * beta;

@@ -46,7 +46,7 @@ constexpr std::array<std::pair<Part, std::string_view>, 6> kParts{{
     {Part::EtpGather, "etp_gather"},
     {Part::EtpScatter, "etp_scatter"},
 }};
-constexpr std::array<std::pair<KernelKind, std::string_view>, 7> kKernelKinds{{
+constexpr std::array<std::pair<KernelKind, std::string_view>, 8> kKernelKinds{{
     {KernelKind::Gemm, "gemm"},
     {KernelKind::GroupedGemm, "grouped_gemm"},
     {KernelKind::Attention, "attention"},
@@ -54,6 +54,7 @@ constexpr std::array<std::pair<KernelKind, std::string_view>, 7> kKernelKinds{{
     {KernelKind::DeltaRule, "delta_rule"},
     {KernelKind::Elementwise, "elementwise"},
     {KernelKind::Permute, "permute"},
+    {KernelKind::HostCopy, "host_copy"},
 }};
 
 }  // namespace

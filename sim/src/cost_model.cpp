@@ -136,7 +136,15 @@ double CostModel::compute_seconds(const schedule::Node& node, const GpuSpec& gpu
     // the two (a host that falls behind leaves the GPU idle between kernels).
     // The slowest GPU of the synchronous step sets its pace (GpuSpec::slow_gpu_spread).
     const double slowest = t / (1 - gpu.slow_gpu_spread);
-    return t > 0 ? std::max(slowest, host_seconds(*work, node.phase, delay_wgrad, cuda_graphs)) + launch_overhead_s : 0;
+    // Offloaded activations cross the host link beside the kernels: D2H after the forward, H2D
+    // ahead of the backward. A node no faster than its share of the copies.
+    double copy = 0;
+    if (node.phase == schedule::Phase::Forward || node.phase == schedule::Phase::Backward)
+      for (const schedule::Kernel& k : work->kernels)
+        if (k.kind == schedule::KernelKind::HostCopy) copy += k.bytes / gpu.host_link_bytes_per_s;
+    return t > 0 ? std::max({slowest, host_seconds(*work, node.phase, delay_wgrad, cuda_graphs), copy}) +
+                       launch_overhead_s
+                 : 0;
   }
   const double math = node.flops / (gpu.peak_flops * gpu.flops_efficiency);
   const double memory = node.mem_bytes / (gpu.hbm_bytes_per_s * gpu.hbm_efficiency);

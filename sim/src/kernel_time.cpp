@@ -212,6 +212,8 @@ double kernel_seconds(const Kernel& kn, Phase phase, bool delay_wgrad, const Gpu
       // Indexed row gathers and scatters reach a fraction of HBM (physics.md 1.6); the backward
       // is the mirror permutation.
       return kn.bytes / (gpu.hbm_bytes_per_s * gpu.permute_efficiency);
+    case KernelKind::HostCopy:
+      return 0;  // the copy engines, not the SMs: CostModel::compute_seconds takes the longer
   }
   return 0;
 }
@@ -220,6 +222,8 @@ int kernel_launches(const Kernel& kn, Phase phase, bool delay_wgrad) {
   const bool gemm = kn.kind == KernelKind::Gemm || kn.kind == KernelKind::GroupedGemm;
   const int groups = kn.kind == KernelKind::GroupedGemm ? static_cast<int>(std::max(1.0, kn.groups)) : 1;
   const bool delta = kn.kind == KernelKind::DeltaRule;
+  if (kn.kind == KernelKind::HostCopy)  // one copy call each way, none in a recompute or W node
+    return phase == Phase::Forward || phase == Phase::Backward ? 1 : 0;
   switch (phase) {
     case Phase::Forward:
     case Phase::Recompute: return delta ? kDeltaRuleForwardLaunches : groups;

@@ -105,6 +105,9 @@ const std::map<std::string, Setter, std::less<>>& setters() {
       {"fp8_peak_tflops", [](PlatformSpec& s, auto k, auto v) { s.gpu.fp8_peak_flops = magnitude(k, v, 0.1, 1e6, "TFLOP/s") * 1e12; }},
       {"fp8_gemm_efficiency", [](PlatformSpec& s, auto k, auto v) { s.gpu.fp8_gemm_efficiency = fraction(k, v); }},
       {"permute_efficiency", [](PlatformSpec& s, auto k, auto v) { s.gpu.permute_efficiency = fraction(k, v); }},
+      {"host_link_gbs", [](PlatformSpec& s, auto k, auto v) {
+         s.gpu.host_link_bytes_per_s = magnitude(k, v, 0.1, 1e5, "GB/s") * 1e9;
+       }},
       {"nccl_sms", [](PlatformSpec& s, auto k, auto v) { s.gpu.nccl_sms = count(k, v, 0); }},
       {"slow_gpu_spread", [](PlatformSpec& s, auto k, auto v) {
          s.gpu.slow_gpu_spread = parse_number(k, v);
@@ -178,6 +181,7 @@ PlatformSpec preset(std::string_view name) {
     s.gpu.fp8_peak_flops = 2 * s.gpu.peak_flops;
     s.gpu.fp8_gemm_efficiency = rack ? 0.763 * 0.729 / 0.776 : 0.763;
     s.gpu.mxfp8 = true;
+    if (rack) s.gpu.host_link_bytes_per_s = 225e9;  // NVLink-C2C (GpuSpec::host_link_bytes_per_s)
     s.gpu.attention_scale = 0.71 / 0.655;
     s.gpu.delta_rule_scale = 1.58;
     s.gpu.overlap_clock = 1;  // no published clock under overlap (platform.hpp)

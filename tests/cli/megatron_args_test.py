@@ -187,6 +187,22 @@ with tempfile.TemporaryDirectory() as d:
     rc, out, err = run(["simulate", "--megatron-args", f, "--model", "qwen3-30b-a3b", "--gpus", "16", "--json"])
     check(rc == 0 and json.loads(out)["layout"]["recompute"] == "full (uniform 2)",
           f"--recompute-method uniform --recompute-num-layers 2 is Megatron's uniform method ({err.strip()[-150:]})")
+    # Fine-grained activation offloading: the modules when the switch is on, as the typed flag.
+    open(f, "w").write(ok + "--fine-grained-activation-offloading --offload-modules core_attn attn_proj expert_fc1")
+    rc, out, err = run(["simulate", "--megatron-args", f, "--model", "qwen3-30b-a3b", "--gpus", "16", "--json"])
+    rc2, out2, _ = run(["simulate", "--model", "qwen3-30b-a3b", "--gpus", "16", "--ep", "8", "--mbs", "1", "--gbs", "64",
+                        "--no-overlap", "--no-delay-wgrad", "--no-distributed-optimizer", "--no-overlap-grad-reduce",
+                        "--offload-modules", "core_attn,attn_proj,expert_fc1", "--json"])
+    check(rc == 0 and rc2 == 0 and json.loads(out)["layout"]["offload"] == "core_attn,attn_proj,expert_fc1"
+          and json.loads(out)["step_time_s"] == json.loads(out2)["step_time_s"],
+          f"--fine-grained-activation-offloading --offload-modules is the twin's --offload-modules ({err.strip()[-150:]})")
+    open(f, "w").write(ok + "--offload-modules core_attn")
+    rc, out, err = run(["simulate", "--megatron-args", f, "--model", "qwen3-30b-a3b", "--gpus", "16", "--json"])
+    check(rc == 0 and json.loads(out)["layout"]["offload"] == "none" and "--offload-modules" in summary(err)[1],
+          "--offload-modules without the switch offloads nothing, as in Megatron, and is listed ignored")
+    refused(ok + "--fine-grained-activation-offloading --offload-modules core_attn --activation-offload-fraction 0.5",
+            ["--activation-offload-fraction"])
+    refused(ok + "--fine-grained-activation-offloading --offload-modules attn_proj", ["attn_proj needs core_attn"])
     refused(ok + "--tensor-model-parallel-size ${TP}", ["--tensor-model-parallel-size", "unexpanded"])
     refused(ok + "--tensor-model-parallel-size 2", ["--sequence-parallel"])
     refused(ok + "--moe-expert-capacity-factor 1.0", ["--moe-expert-capacity-factor"])

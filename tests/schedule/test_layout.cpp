@@ -656,6 +656,81 @@ TEST_CASE("uniform recompute of N layers: one input kept per unit, N working set
   CHECK(replays_1 == replays_4);
 }
 
+// Fine-grained activation offloading (Megatron's --offload-modules), counted by hand on a model
+// small enough to count: hidden 64, 4 query heads and 2 KV heads of 16, 2 of the experts' 32-wide
+// SwiGLU per token. Per owned token: attn_norm and qkv_linear the hidden size each (64), core_attn
+// Q, K and V (64 + 2 x 2 x 16 = 128), attn_proj the core's output (64); mlp_norm the hidden size;
+// expert_fc1 the 2 routed copies of the token (128), moe_act fc1's 2 x 64 outputs (256: gate and
+// up, 2 x 32 each, per copy).
+TEST_CASE("activation offloading moves the listed modules' activations off the GPU and across the host link",
+          "[schedule][memory][offload]") {
+  ModelDims d = tiny_model();
+  d.hidden = 64, d.num_heads = 4, d.num_kv_heads = 2, d.head_dim = 16, d.gated_ffn = 1;
+  d.num_experts = 4, d.top_k = 2, d.moe_ffn_hidden = 32, d.shared_expert_ffn = 0, d.moe_latent_size = 0;
+  d.attn_output_gate = 0;
+  ParallelConfig none = grid(1, 1, 2, 1, 2, 2);  // EP 2: the overlap schedule, with W nodes
+  ParallelConfig all = none;
+  all.offload = parse_offload("attn_norm,qkv_linear,core_attn,attn_proj,mlp_norm,expert_fc1,moe_act");
+  CHECK(to_string(all.offload) == "attn_norm,qkv_linear,core_attn,attn_proj,mlp_norm,expert_fc1,moe_act");
+  const OffloadSplit attn = offloaded_elements('*', d, all), moe = offloaded_elements('E', d, all);
+  CHECK(attn.pre == 64 + 64 + 128 + 64);
+  CHECK(attn.mlp == 0);
+  CHECK(moe.pre == 64);
+  CHECK(moe.mlp == 128 + 2 * 2 * 32);
+  CHECK(offloaded_elements('M', d, all).total() == 0);  // Megatron's Mamba layer has no offload groups
+  CHECK(offloaded_elements('-', d, all).mlp == 64);
+  ParallelConfig core = none;
+  core.offload = parse_offload("core_attn");
+  CHECK(offloaded_elements('*', d, core).pre == 128);
+
+  // Memory: each layer keeps that much less from its forward to its backward, and holds the next
+  // layer's beside its own while its backward runs (reloaded one layer ahead).
+  const double tokens = double(d.micro_batch) * d.seq_len, beta = d.bytes_per_element;
+  const double off = (attn.total() + moe.total()) * beta * tokens;
+  double w_none = 0, w_all = 0;
+  const double k_none = layer_activation_bytes("*E", false, d, none, &w_none);
+  const double k_all = layer_activation_bytes("*E", false, d, all, &w_all);
+  CHECK(k_none - k_all == Approx(off));
+  CHECK(w_all - w_none == Approx(off));
+
+  // Time: the forward's nodes of a layer carry its D2H copies and the backward's its H2D reloads,
+  // every byte once, split over the slot's compute nodes; recomputed and W nodes carry none.
+  const Plan plan = make_plan("*E", all, options(true, true), d);
+  std::map<Phase, double> copied;
+  for (const Node& n : plan.nodes) {
+    if (n.work < 0 || n.rank != 0 || n.microbatch != 0) continue;
+    for (const Kernel& k : plan.works.at(static_cast<std::size_t>(n.work)).kernels)
+      if (k.kind == KernelKind::HostCopy) copied[n.phase] += k.bytes;
+  }
+  CHECK(copied[Phase::Forward] == Approx(off));
+  CHECK(copied[Phase::Backward] == Approx(off));
+  CHECK(copied.count(Phase::Weight) == 0);
+  CHECK(copied.count(Phase::Recompute) == 0);
+  // Nothing offloaded, nothing copied: the plan is the plan without the option.
+  const Plan plain = make_plan("*E", none, options(true, true), d);
+  for (const Work& w : plain.works)
+    for (const Kernel& k : w.kernels) CHECK(k.kind != KernelKind::HostCopy);
+
+  // Megatron's rules, refused by name.
+  const auto refused = [&](const std::string& modules, const std::string& recompute, const std::string& words) {
+    ParallelConfig c = none;
+    c.offload = parse_offload(modules);
+    c.recompute = parse_recompute(recompute);
+    try {
+      (void)make_plan("*E", c, options(false, false), d);
+      FAIL("accepted " << modules << " with recompute " << recompute);
+    } catch (const ScheduleError& e) {
+      CHECK_THAT(e.what(), Catch::Contains(words));
+    }
+  };
+  CHECK_THROWS_WITH(parse_offload("attn_proj"), Catch::Contains("attn_proj needs core_attn"));
+  refused("expert_fc1", "moe", "while the whole 'moe' module recomputes");
+  refused("core_attn", "full", "nothing to offload");
+  CHECK_THROWS_WITH(parse_offload("fused_group_mlp"), Catch::Contains("not modelled"));
+  CHECK_THROWS_WITH(parse_offload("core_attn,bogus"), Catch::Contains("unknown offload module 'bogus'"));
+  CHECK_THROWS_WITH(parse_offload(""), Catch::Contains("empty"));
+}
+
 // Issue 30 item 5: what each selective recompute module adds to a plan, from Megatron's table
 // (megatron-parallel.md 6.2) on generated patterns, module sets, TP sizes and shared experts: per
 // microbatch and logical layer, the parts replayed (the symbols of its recompute nodes: '*' the

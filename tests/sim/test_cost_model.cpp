@@ -91,3 +91,35 @@ TEST_CASE("delayed wgrad: a backward measured without W nodes prices a delayed p
   auto plain = parse_costs_json(R"({"durations_us": {"mlp/backward/E": 800}})");
   CHECK(plain.compute_seconds(node(Slot::Mlp, Phase::Backward, "E", g + 2 * o, 1), gpu) == Approx(800e-6));
 }
+
+TEST_CASE("activation offloading: a node takes the longer of its kernels and its share of the host-link copies",
+          "[sim][costs][offload]") {
+  using ht::schedule::Kernel;
+  using ht::schedule::KernelKind;
+  GpuSpec gpu;
+  gpu.host_link_bytes_per_s = 50e9;
+  gpu.slow_gpu_spread = 0;
+  CostModel c;
+  c.launch_overhead_s = 0;
+  c.host_launch_s = 0;
+  const Kernel norm{KernelKind::Elementwise, false, 0, 0, 0, 1, 0, 1e9};  // 1 GB of HBM traffic
+  ht::schedule::Work plain{{norm}};
+  const double alone_f = c.compute_seconds(node(Slot::PreDispatch, Phase::Forward, "*", 1, 1), gpu, &plain, false, false);
+  REQUIRE(alone_f > 0);
+  for (const double bytes : {1e6, 1e9, 1e11}) {
+    ht::schedule::Work with{{norm, {KernelKind::HostCopy, false, 0, 0, 0, 1, 0, bytes}}};
+    const double copy = bytes / 50e9;
+    INFO("copy " << copy << " s beside " << alone_f << " s of kernels");
+    // Forward: the D2H copy; backward: the H2D reload, the same bytes; the kernels' own time is
+    // the backward's (twice the forward's for an elementwise kernel).
+    CHECK(c.compute_seconds(node(Slot::PreDispatch, Phase::Forward, "*", 1, 1), gpu, &with, false, false) ==
+          Approx(std::max(alone_f, copy)));
+    const double alone_b = c.compute_seconds(node(Slot::PreDispatch, Phase::Backward, "*", 1, 1), gpu, &plain, false, false);
+    CHECK(c.compute_seconds(node(Slot::PreDispatch, Phase::Backward, "*", 1, 1), gpu, &with, false, false) ==
+          Approx(std::max(alone_b, copy)));
+    // A recomputed forward copies nothing: what it rebuilds stays on the GPU.
+    const double alone_r = c.compute_seconds(node(Slot::PreDispatch, Phase::Recompute, "*", 1, 1), gpu, &plain, false, false);
+    CHECK(c.compute_seconds(node(Slot::PreDispatch, Phase::Recompute, "*", 1, 1), gpu, &with, false, false) ==
+          Approx(alone_r));
+  }
+}

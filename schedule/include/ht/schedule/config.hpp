@@ -124,6 +124,34 @@ struct Recompute {
 Recompute parse_recompute(std::string_view text);
 std::string to_string(const Recompute& r);
 
+// Fine-grained activation offloading (Megatron's --fine-grained-activation-offloading
+// --offload-modules): the listed modules' saved activations go to host memory over the GPU's host
+// link after their forward (a D2H copy on a stream of its own) and come back one layer ahead of
+// their backward (H2D). Megatron's module names; fused_group_mlp and gdp_qkv are not modelled.
+enum OffloadModule : unsigned {
+  kOffloadAttnNorm = 1u << 0,   // the attention's input norm: the layer input
+  kOffloadQkvLinear = 1u << 1,  // the QKV (MLA: down-projection) input: the norm output
+  kOffloadCoreAttn = 1u << 2,   // query, key and value of the core attention
+  kOffloadAttnProj = 1u << 3,   // the output projection's input (the core's output); with core_attn
+  kOffloadMlpNorm = 1u << 4,    // the pre-MLP norm's input (dense '-' and MoE 'E')
+  kOffloadExpertFc1 = 1u << 5,  // the routed experts' fc1 input: the permuted tokens
+  kOffloadMoeAct = 1u << 6,     // the routed experts' activation input: fc1's output
+};
+struct OffloadName {
+  std::string_view name;
+  OffloadModule module;
+};
+std::span<const OffloadName> offload_names();
+struct Offload {
+  unsigned modules = 0;
+  bool any() const { return modules != 0; }
+  bool has(OffloadModule m) const { return (modules & m) != 0; }
+  bool operator==(const Offload&) const = default;
+};
+// "none" or a comma list of module names; throws BadConfig naming an unknown one.
+Offload parse_offload(std::string_view text);
+std::string to_string(const Offload& o);
+
 // How gradients reach the optimizer (megatron-parallel.md 4).
 //  EndOfStep: one all-reduce of the stage's gradients per data-parallel group after the last
 //    backward, on the comm stream, in the activation dtype (what the engine's executor does);
@@ -177,6 +205,7 @@ struct ParallelConfig {
   int etp = 1;           // expert tensor-parallel size
   OptimizerConfig optimizer;
   Recompute recompute;
+  Offload offload;  // fine-grained activation offloading
   PipelineSplit split;
 
   int global_ranks() const { return tp * cp * dp * pp; }

@@ -23,6 +23,8 @@ enum class KernelKind : std::uint8_t {
   Elementwise,  // norms, activations, softmax, residual adds: memory bound, streaming
   Permute,      // MoE token permutations (gathers and scatters of rows): memory bound, indexed;
                 // the backward is the mirror permutation, as much traffic as the forward
+  HostCopy,     // activation offloading: `bytes` to host memory after the forward (D2H), back
+                // before the backward (H2D), on the copy engines beside the SMs' kernels
 };
 
 struct Kernel {

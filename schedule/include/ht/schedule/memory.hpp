@@ -7,7 +7,8 @@
 // backward node, walking the rank's own issue order; so the warm-up depth of 1F1B, interleaving
 // and combined 1F1B's extra microbatch come from the actual plan. Recomputation keeps less
 // (full: the layer input; selective modules: section 6.2) and re-materialises a layer's working
-// set only while its backward runs. What the process holds beside its tensors (CUDA context,
+// set only while its backward runs. Offloaded activations (offloaded_elements) leave the GPU after
+// the forward; a layer's backward holds its own and the next layer's, reloaded one layer ahead. What the process holds beside its tensors (CUDA context,
 // NCCL and dispatcher buffers) is runtime_overhead's; allocator fragmentation and temporary
 // workspaces are not counted.
 #pragma once
@@ -28,6 +29,17 @@ struct MemoryBreakdown {
   double parameters = 0;              // elements the rank holds
   double total() const { return weights + gradients + optimizer + activations; }
 };
+
+// Elements per owned token of one layer symbol's saved activations that fine-grained activation
+// offloading (config.offload) moves to host memory, split by the slot whose nodes copy them:
+// pre_dispatch (the attention's norm, QKV input, Q/K/V and output; an 'E' terminal's pre-MLP norm)
+// and mlp (a dense '-' layer's pre-MLP norm; the routed experts' fc1 and activation inputs). Mamba
+// and GDN mixers have no offload groups in Megatron. Never more than the symbol keeps.
+struct OffloadSplit {
+  double pre = 0, mlp = 0;
+  double total() const { return pre + mlp; }
+};
+OffloadSplit offloaded_elements(char symbol, const ModelDims& dims, const ParallelConfig& config);
 
 // Activation bytes one rank keeps for one logical layer (its symbols) for one microbatch, with
 // the recomputation settings; `working` gets what the layer holds while its backward runs.

@@ -121,6 +121,12 @@ struct GpuSpec {
   // engineering, "Not all accelerators are created equal"), and a synchronous step runs at the
   // slowest: compute is priced at 1 / (1 - spread) of a benchmarked GPU's time (physics.md 1.2).
   double slow_gpu_spread = 0.05;
+  // Host link, achieved, each way (activation offloading's copies): PCIe 5 x16 moves 55.4 / 55.1
+  // GB/s host to device / device to host per GPU (8x H200, ml-engineering network/README.md,
+  // physics.md 1.6); the same link on H100, H800 and B200 boards. GB200: NVLink-C2C, 900 GB/s both
+  // ways for the Grace CPU and its two GPUs (NVIDIA's GB200 specification): 225 per GPU each way,
+  // no achieved figure published.
+  double host_link_bytes_per_s = 55e9;
   bool operator==(const GpuSpec&) const = default;
 };
 

@@ -23,10 +23,8 @@ namespace {
 
 [[noreturn]] void bad(const std::string& message) { throw ScheduleError(ErrorCode::BadModel, message); }
 
-// Python's json module writes the floats JSON has no word for as bare NaN, Infinity and -Infinity,
-// and published configs hold them (Nemotron-H's "time_step_limit": [0.0, Infinity]). Outside
-// strings these words become the strings "NaN", "Infinity", "-Infinity": a field the import reads
-// that holds one is refused as not a number, by name; one it does not read is listed as unused.
+}  // namespace
+
 std::string python_constants_as_strings(std::string_view text) {
   std::string out;
   out.reserve(text.size() + 16);
@@ -57,6 +55,8 @@ std::string python_constants_as_strings(std::string_view text) {
   }
   return out;
 }
+
+namespace {
 
 class Reader {
  public:

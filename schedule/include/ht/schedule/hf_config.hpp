@@ -24,6 +24,11 @@ struct HfImport {
 
 // Whether a JSON text is a Hugging Face config (an object with a string "model_type").
 bool is_hf_config(std::string_view json_text);
+// The JSON the import parses: Python's json module writes the floats JSON has no word for as bare
+// NaN, Infinity and -Infinity (Nemotron-H's "time_step_limit": [0.0, Infinity]); outside strings
+// they become the strings "NaN", "Infinity", "-Infinity", so a field the import reads that holds
+// one is refused as not a number, by name, and one it does not read is listed as unused.
+std::string python_constants_as_strings(std::string_view json_text);
 // The card of a config; throws ScheduleError(BadModel) naming the field or the unknown family.
 HfImport import_hf_config(std::string_view json_text, const std::string& where);
 // The model_types import_hf_config knows.

@@ -5,11 +5,14 @@
 #include <catch2/catch.hpp>
 #include <rapidcheck/catch.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <tuple>
 
 #include "helpers.hpp"
 #include "ht/schedule/check.hpp"
+#include "ht/schedule/memory.hpp"
 #include "ht/schedule/plan_json.hpp"
 #include "ht/verify/plan_gen.hpp"
 
@@ -98,5 +101,64 @@ TEST_CASE("generated plans are deterministic and round-trip through JSON", "[sch
     const Plan back = plan_from_json(text);
     RC_ASSERT(back == plan);
     RC_ASSERT(plan_to_json(back) == text);
+  });
+}
+
+// Activation offloading changes what crosses the host link and nothing else: the same nodes, in
+// the same order, with the same dependencies, FLOPs and bytes; every byte copied out in a forward
+// node comes back in a backward node of the same rank; copies only where the pattern has a layer
+// with an offloadable module; and the plan still round-trips through JSON.
+TEST_CASE("activation offloading adds host-link copies and leaves the plan's nodes as they were",
+          "[schedule][property][offload]") {
+  rc::prop("offloaded plan == plain plan but for host_copy kernels; D2H bytes == H2D bytes per rank", [] {
+    Case c = *plan_case();
+    RC_PRE(!c.config.recompute.full);
+    const unsigned modules = *rc::gen::inRange(1u, 1u << 7);
+    RC_PRE(!((modules & kOffloadAttnProj) && !(modules & kOffloadCoreAttn)));
+    RC_PRE(!(c.config.recompute.has(kRecomputeMoe) && (modules & (kOffloadExpertFc1 | kOffloadMoeAct))));
+    const Plan plain = build(c);
+    c.config.offload.modules = modules;
+    RC_LOG() << c.pattern << " offload " << to_string(c.config.offload) << "\n";
+    const Plan off = build(c);
+    RC_ASSERT(off.nodes.size() == plain.nodes.size());
+    for (std::size_t i = 0; i < off.nodes.size(); ++i) {
+      const Node& a = plain.nodes[i];
+      const Node& b = off.nodes[i];
+      RC_ASSERT(a.label() == b.label());
+      RC_ASSERT(a.deps == b.deps);
+      RC_ASSERT(a.flops == b.flops);
+      RC_ASSERT(a.mem_bytes == b.mem_bytes);
+      RC_ASSERT((a.work < 0) == (b.work < 0));
+      if (b.work < 0) continue;
+      // The offloaded node's kernels are the plain node's and at most one host copy.
+      std::vector<Kernel> kb = off.works.at(static_cast<std::size_t>(b.work)).kernels;
+      const auto copies = std::count_if(kb.begin(), kb.end(), [](const Kernel& k) { return k.kind == KernelKind::HostCopy; });
+      RC_ASSERT(copies <= 1);
+      if (copies == 1) {
+        RC_ASSERT(b.phase == Phase::Forward || b.phase == Phase::Backward);
+        kb.pop_back();
+      }
+      RC_ASSERT(kb == plain.works.at(static_cast<std::size_t>(a.work)).kernels);
+    }
+    for (const RankPlan& rp : off.ranks) {
+      double out = 0, back = 0;
+      for (int id : rp.issue) {
+        const Node& n = off.node(id);
+        if (n.work < 0) continue;
+        for (const Kernel& k : off.works.at(static_cast<std::size_t>(n.work)).kernels)
+          if (k.kind == KernelKind::HostCopy) (n.phase == Phase::Forward ? out : back) += k.bytes;
+      }
+      RC_ASSERT(std::abs(out - back) <= 1e-9 * std::max(out, 1.0));
+    }
+    bool offloadable = false;
+    const ParallelConfig& cfg = c.config;
+    const auto parsed = ht::patterns::parse(c.pattern);
+    for (char s : parsed.flattened_symbols() + parsed.mtp)
+      offloadable = offloadable || offloaded_elements(s, tiny_model(), cfg).total() > 0;
+    double copied = 0;
+    for (const Work& w : off.works)
+      for (const Kernel& k : w.kernels) copied += k.kind == KernelKind::HostCopy ? k.bytes : 0;
+    RC_ASSERT((copied > 0) == offloadable);
+    RC_ASSERT(plan_from_json(plan_to_json(off)) == off);
   });
 }

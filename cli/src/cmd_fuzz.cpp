@@ -3,7 +3,6 @@
 // shrunk counterexample file for every failure, and `--replay FILE` runs such a file again.
 // Exit codes: 0 all passed (or the replayed case passes now), 1 a property failed (or the
 // replayed case still fails), 2 bad input.
-#include <unistd.h>
 
 #include <cctype>
 #include <chrono>

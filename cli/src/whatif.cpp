@@ -1,8 +1,6 @@
 // One what-if (see whatif.hpp).
 #include "whatif.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <chrono>

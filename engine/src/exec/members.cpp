@@ -4,7 +4,6 @@
 // the same bits.
 #include "members.hpp"
 
-#include <stdexcept>
 
 #include "ht/engine/error.hpp"
 #include "ht/engine/layers/table.hpp"

@@ -10,6 +10,7 @@
 #include "ht/engine/cpu/gemm.hpp"
 #include "ht/engine/error.hpp"
 #include "ht/engine/layers/embedding.hpp"
+#include "ht/engine/layers/table.hpp"
 #include "ht/engine/runtime/host_allocator.hpp"
 #include "ht/patterns/checkpoint.hpp"
 #include "ht/patterns/symbols.hpp"
@@ -333,7 +334,7 @@ std::vector<ParamRef<T>> HybridModel<T>::parameters() {
   std::vector<ParamRef<T>> out;
   out.push_back({"embedding.word_embeddings.weight", "embedding.word_embeddings.weight", &m.wte, &m.wte_g});
   auto add_block = [&](Block<T>& blk) {
-    const std::string norm = prenorm_name(blk.symbol);
+    const std::string norm = layers::prenorm_name(blk.symbol);
     out.push_back({blk.key_prefix + norm, blk.canonical_prefix + norm, &blk.norm_w, &blk.norm_g});
     blk.branch->for_each_param([&](const std::string& name, Tensor<T>& v, Tensor<T>& g) {
       out.push_back({blk.key_prefix + name, blk.canonical_prefix + name, &v, &g});

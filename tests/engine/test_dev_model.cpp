@@ -182,8 +182,7 @@ TEST_CASE("device model: AdamW on the device and through the host both equal the
   }
 }
 
-TEST_CASE("device model refuses bad input and layers it has no device code for, in one line",
-          "[engine][cuda-layers][dev-model]") {
+TEST_CASE("device model refuses bad input in one line", "[engine][cuda-layers][dev-model]") {
   const ModelConfig cfg = small_config();
   HybridModel<float> m(pat::parse("*"), cfg, 1);
   DevHostModel dm(m);

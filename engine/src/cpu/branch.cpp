@@ -45,19 +45,6 @@ class LayerBranch final : public Branch<T> {
 
 }  // namespace
 
-std::string prenorm_name(char symbol) {
-  switch (symbol) {
-    case 'M': return "mixer.in_proj.layer_norm_weight";
-    case 'G': return "self_attention.in_proj.layer_norm_weight";
-    case '*': return "self_attention.linear_qkv.layer_norm_weight";
-    case '+':
-    case 'W': return "input_layernorm.weight";
-    case '-': return "mlp.linear_fc1.layer_norm_weight";
-    case 'E': return "pre_mlp_layernorm.weight";
-    default: layers::unsupported_layer(symbol);
-  }
-}
-
 template <class T>
 std::unique_ptr<Branch<T>> make_branch(char symbol, const ModelConfig& cfg, Rng& rng, T loss_scale) {
   return layers::with_layer<T>(symbol, cfg, loss_scale, [&](auto layer) -> std::unique_ptr<Branch<T>> {

@@ -32,6 +32,7 @@
 #include "ht/engine/layers/embedding.hpp"
 #include "ht/engine/layers/rmsnorm.hpp"
 #include "ht/engine/layers/swiglu.hpp"
+#include "ht/engine/layers/table.hpp"
 #include "ht/engine/safetensors.hpp"
 #include <cmath>
 #include "ht/engine/runtime/communicator.hpp"
@@ -841,7 +842,7 @@ std::vector<ParamEntry> list_params(RankModel& m) {
   if (m.first)
     out.push_back({"embedding.word_embeddings.weight", "embedding.word_embeddings.weight", &m.wte, &m.wte_g, -1, -1});
   auto add_block = [&](Block& b, int order) {
-    const std::string norm = prenorm_name(b.symbol);
+    const std::string norm = layers::prenorm_name(b.symbol);
     out.push_back({b.key_prefix + norm, b.canonical_prefix + norm, &b.norm_w, &b.norm_g, -1, order});
     auto add = [&](const std::string& name, Tf& v, Tf& g) {
       out.push_back({b.key_prefix + name, b.canonical_prefix + name, &v, &g, expert_index(name), order});

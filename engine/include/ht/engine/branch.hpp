@@ -29,10 +29,6 @@ class Branch {
   virtual T z_loss() const { return T(0); }
 };
 
-// Checkpoint name of the pre-norm the model applies before symbol's branch (the norm Megatron
-// fuses into the first linear, or the separate layernorm module).
-std::string prenorm_name(char symbol);
-
 // Builds the branch of `symbol` with parameters drawn from rng. `loss_scale` multiplies MoE
 // router losses (1 in the trunk, 1/depths inside MTP). Throws EngineError(Unsupported) naming
 // the symbol for D, C, H and for mixers whose implementation is not linked in.

@@ -56,7 +56,7 @@ struct MlaParams {
   Tensor<T> proj;     // (C, H dv)
   template <class Self, class F>
   static void visit(Self& self, F&& f) {
-    if (self.q_proj.rank() > 0) {  // the variant is fixed by init; grads are copies of params
+    if (direct_q(self)) {  // the variant is fixed by init; grads are copies of params
       f("self_attention.linear_q_proj.weight", self.q_proj);
     } else {
       f("self_attention.linear_q_down_proj.weight", self.q_down);
@@ -69,6 +69,13 @@ struct MlaParams {
     f("self_attention.linear_proj.weight", self.proj);
   }
 };
+
+// Which q path a parameter set holds (found by argument lookup from visit, so the device's
+// pointer sets, dev/mla.hpp, answer it their own way).
+template <class T>
+bool direct_q(const MlaParams<T>& p) {
+  return p.q_proj.rank() > 0;
+}
 
 template <class T>
 struct MlaCache {

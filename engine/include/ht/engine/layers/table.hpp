@@ -1,10 +1,11 @@
-// The engine's layer table: for each layer symbol the CPU engine runs, the layer's parameters and
-// cache types and its init, forward and backward functions (layers/*.hpp). HybridModel's branches
-// (cpu/branch.cpp) and the executor's members (exec/members.cpp) are both built from it, so a
-// layer is wired once; the device model's twin of this table is make_dev_branch in
-// cuda/.../dev/model.hpp, and which symbols the engine runs at all is the pattern's symbol table
-// (patterns/symbols.hpp, engine_supported). Adding a layer type: its files under layers/, one
-// case here, one in make_dev_branch, its pre-norm name in prenorm_name (cpu/branch.cpp).
+// The engine's layer table: for each layer symbol the engine runs, the layer's parameters (their
+// checkpoint names are its Params' visit), cache types, init, forward and backward functions
+// (layers/*.hpp) and its pre-norm's name. HybridModel's branches (cpu/branch.cpp), the
+// executor's members (exec/members.cpp) and the device branches (make_dev_branch in
+// cuda/.../dev/model.hpp, which binds its device pointers by the same names) are all built from
+// it, so a layer is wired once; which symbols the engine runs at all is the pattern's symbol
+// table (patterns/symbols.hpp, engine_supported). Adding a layer type: its files under layers/
+// (CPU) and dev/ (device, with its DevLayer entry), one case in with_layer and in prenorm_name.
 #pragma once
 
 #include <string>
@@ -60,6 +61,29 @@ void visit_pairs(P& values, P& grads, const F& f) {
   for (std::size_t i = 0; i < v.size(); ++i) f(v[i].first, *v[i].second, *g[i]);
 }
 
+// Checkpoint name of the pre-norm the model applies before symbol's branch (the norm Megatron
+// fuses into the first linear, or the separate layernorm module).
+inline std::string prenorm_name(char symbol) {
+  switch (symbol) {
+    case 'M': return "mixer.in_proj.layer_norm_weight";
+    case 'G': return "self_attention.in_proj.layer_norm_weight";
+    case '*': return "self_attention.linear_qkv.layer_norm_weight";
+    case '+':
+    case 'W': return "input_layernorm.weight";
+    case '-': return "mlp.linear_fc1.layer_norm_weight";
+    case 'E': return "pre_mlp_layernorm.weight";
+    default: unsupported_layer(symbol);
+  }
+}
+
+// The key window of an attention symbol: 'W' attends to the last cfg.window keys (at least 1),
+// '*' to all (0).
+inline int window_of(char symbol, const ModelConfig& cfg) {
+  if (symbol != 'W') return 0;
+  if (cfg.window < 1) throw EngineError(ErrorCode::BadConfig, "'W' needs a window of at least 1 token");
+  return cfg.window;
+}
+
 // visit(ops) with the entry of `symbol`, in T; its result is with_layer's. `loss_scale` scales
 // the MoE router losses ('E' computes its weight gradients itself: its wgrad is ignored).
 // Throws EngineError(Unsupported) for a symbol the table does not hold.
@@ -68,9 +92,7 @@ auto with_layer(char symbol, const ModelConfig& cfg, T loss_scale, Visit&& visit
   switch (symbol) {
     case '*':
     case 'W': {
-      // '*' is full causal; 'W' is the same attention restricted to the last cfg.window keys.
-      const int window = symbol == 'W' ? cfg.window : 0;
-      if (symbol == 'W' && window < 1) throw EngineError(ErrorCode::BadConfig, "'W' needs a window of at least 1 token");
+      const int window = window_of(symbol, cfg);
       return visit(ops<AttentionParams<T>, AttentionCache<T>>(
           [](AttentionParams<T>& p, const ModelConfig& c, Rng& r) { attention_init(p, c, r); },
           [window](const ModelConfig& c, const AttentionParams<T>& p, const Tensor<T>& x, Tensor<T>& out,

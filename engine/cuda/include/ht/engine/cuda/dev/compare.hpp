@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -84,6 +85,34 @@ struct Run {
     std::vector<TD> v(b.size());
     D::download(v.data(), b.get(), v.size());
     return {v.begin(), v.end()};
+  }
+
+  // A float64 parameter set P on the device for its layer's pointer sets (W, G: structs whose
+  // members carry P's names, shaped like p64 where P's visit needs it): every weight uploaded,
+  // every gradient zero, bound by name; grad(member of p64) downloads that member's gradient.
+  template <class W, class G>
+  struct Set {
+    W w;
+    G g;
+    std::vector<Buf<D, TD>> values, grads;
+    std::map<const Tensor<double>*, std::size_t> of;
+  };
+  template <class P, class W, class G>
+  Set<W, G> params(const P& p64, W w, G g) {
+    Set<W, G> s{std::move(w), std::move(g), {}, {}, {}};
+    std::map<std::string, std::size_t> at;
+    P::visit(p64, [&](const std::string& name, const Tensor<double>& t) {
+      at[name] = s.of[&t] = s.values.size();
+      s.values.push_back(up(t));
+      s.grads.push_back(zeros(t.size()));
+    });
+    P::visit(s.w, [&](const std::string& name, const TD*& slot) { slot = s.values[at.at(name)].get(); });
+    P::visit(s.g, [&](const std::string& name, TD*& slot) { slot = s.grads[at.at(name)].get(); });
+    return s;
+  }
+  template <class W, class G>
+  std::vector<double> grad(const Set<W, G>& s, const Tensor<double>& member) {
+    return down(s.grads[s.of.at(&member)]);
   }
 
   void add(const std::string& layer, const std::string& qty, int depth, const std::vector<double>& ref,
@@ -248,19 +277,17 @@ struct Run {
     };
     const auto [y64, dx64, q64, pr64] = ref(double{});
     const auto [y32, dx32, q32, pr32] = ref(float{});
-    auto xd = up(x), dyd = up(dy), qkv = up(p64.qkv), proj = up(p64.proj);
-    auto dxd = zeros(x.size()), dq = zeros(p64.qkv.size()), dp = zeros(p64.proj.size());
+    auto xd = up(x), dyd = up(dy), dxd = zeros(x.size());
+    const auto set = params(p64, AttnW<TD>{}, AttnGrad<TD>{});
     Buf<D, TD> yd(x.size());
     AttnCacheD<D, TD> cache;
-    const AttnW<TD> w{qkv.get(), proj.get()};
-    attention_forward<D, TD>(cfg, w, xd.get(), yd.get(), b, t, c, cache, window);
-    attention_backward<D, TD>(cfg, w, cache, xd.get(), dyd.get(), dxd.get(), AttnGrad<TD>{dq.get(), dp.get()}, b, t, c,
-                              window);
+    attention_forward<D, TD>(cfg, set.w, xd.get(), yd.get(), b, t, c, cache, window);
+    attention_backward<D, TD>(cfg, set.w, cache, xd.get(), dyd.get(), dxd.get(), set.g, b, t, c, window);
     const int d = cfg.head_dim;
     add(name, "out", c + d + t + hd, y64, y32, down(yd));
     add(name, "dinp", c + 2 * d + 2 * t + hd, dx64, dx32, down(dxd));
-    add(name, "dqkv", c + 2 * d + 2 * t + n, q64, q32, down(dq));
-    add(name, "dproj", n, pr64, pr32, down(dp));
+    add(name, "dqkv", c + 2 * d + 2 * t + n, q64, q32, grad(set, p64.qkv));
+    add(name, "dproj", n, pr64, pr32, grad(set, p64.proj));
   }
 
   void moe(Rng& rng, int n, ModelConfig cfg) {
@@ -302,31 +329,20 @@ struct Run {
     const auto [y64, dx64, r64, e64, s64, aux64, z64] = ref(double{});
     const auto [y32, dx32, r32, e32, s32, aux32, z32] = ref(float{});
 
-    std::vector<Buf<D, TD>> wbufs, gbufs;
-    wbufs.reserve(4 * (static_cast<std::size_t>(e) + 2));
-    gbufs.reserve(wbufs.capacity());
-    MoeW<TD> w;
-    MoeGrad<TD> g;
-    auto attach = [&](const SwiGLUWeights<double>& sw) {
-      wbufs.push_back(up(sw.fc1));
-      wbufs.push_back(up(sw.fc2));
-      gbufs.push_back(zeros(sw.fc1.size()));
-      gbufs.push_back(zeros(sw.fc2.size()));
-      const std::size_t k = wbufs.size();
-      return std::pair{SwiGLUW<TD>{wbufs[k - 2].get(), wbufs[k - 1].get(), c, sw.fc2.dim(1)},
-                       SwiGLUGrad<TD>{gbufs[k - 2].get(), gbufs[k - 1].get()}};
-    };
-    auto router = up(p64.router);
-    auto drouter = zeros(p64.router.size());
-    w.router = router.get();
-    g.router = drouter.get();
-    for (const auto& ex : p64.experts) {
-      auto [ww, gg] = attach(ex);
-      w.experts.push_back(ww);
-      g.experts.push_back(gg);
+    MoeW<TD> w0;
+    MoeGrad<TD> g0;
+    w0.experts.resize(p64.experts.size());
+    g0.experts.resize(p64.experts.size());
+    w0.has_shared = g0.has_shared = p64.has_shared;
+    auto set = params(p64, w0, g0);
+    for (std::size_t i = 0; i <= p64.experts.size(); ++i) {  // the experts, then the shared expert
+      const bool shared = i == p64.experts.size();
+      auto& sw = shared ? set.w.shared : set.w.experts[i];
+      sw.c = c;
+      sw.f = (shared ? p64.shared : p64.experts[i]).fc2.dim(1);
     }
-    w.has_shared = p64.has_shared;
-    std::tie(w.shared, g.shared) = attach(p64.shared);
+    const auto& w = set.w;
+    auto& g = set.g;
     auto xd = up(x), dyd = up(dy);
     auto dxd = zeros(x.size());
     Buf<D, TD> yd(x.size());
@@ -334,21 +350,21 @@ struct Run {
     moe_forward<D, TD>(cfg, w, xd.get(), yd.get(), n, c, cache, static_cast<TD>(scale));
     moe_backward<D, TD>(cfg, w, cache, xd.get(), dyd.get(), dxd.get(), g, c, static_cast<TD>(scale));
     std::vector<double> dexp, dsh;
-    for (std::size_t i = 0; i < 2 * static_cast<std::size_t>(e); i += 2) {
-      const auto a = down(gbufs[i]), bb = down(gbufs[i + 1]);
-      dexp.insert(dexp.end(), a.begin(), a.end());
-      dexp.insert(dexp.end(), bb.begin(), bb.end());
-    }
-    for (std::size_t i = gbufs.size() - 2; i < gbufs.size(); ++i) {
-      const auto a = down(gbufs[i]);
-      dsh.insert(dsh.end(), a.begin(), a.end());
+    for (const auto& ex : p64.experts)
+      for (const auto* m : {&ex.fc1, &ex.fc2}) {
+        const auto d = grad(set, *m);
+        dexp.insert(dexp.end(), d.begin(), d.end());
+      }
+    for (const auto* m : {&p64.shared.fc1, &p64.shared.fc2}) {
+      const auto d = grad(set, *m);
+      dsh.insert(dsh.end(), d.begin(), d.end());
     }
     const int f = cfg.moe_ffn_hidden;
     add("moe", "out", c + 2 * f + e, y64.data, y32.data, down(yd));
     add_scalar("moe", "aux_loss", e + n, aux64, aux32, cache.aux_loss);
     add_scalar("moe", "z_loss", e + n, z64, z32, cache.z_loss);
     add("moe", "dinp", 2 * c + 3 * f + 2 * e, dx64.data, dx32.data, down(dxd));
-    add("moe", "drouter", c + f + e + n, r64.data, r32.data, down(drouter));
+    add("moe", "drouter", c + f + e + n, r64.data, r32.data, grad(set, p64.router));
     add("moe", "dexperts", c + f + n, e64, e32, dexp);
     add("moe", "dshared", c + f + n, s64, s32, dsh);
   }

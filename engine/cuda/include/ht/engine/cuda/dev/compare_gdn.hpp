@@ -40,19 +40,12 @@ void compare_gdn(Run<D, TD>& run, Rng& rng, int b, int t, const ModelConfig& cfg
   const auto [y64, dx64, g64] = ref(double{});
   const auto [y32, dx32, g32] = ref(float{});
 
-  auto xd = run.up(x), dyd = run.up(dy);
-  auto in_proj = run.up(p64.in_proj), conv_w = run.up(p64.conv_weight), dt_bias = run.up(p64.dt_bias),
-       a_log = run.up(p64.A_log), out_norm = run.up(p64.out_norm), out_proj = run.up(p64.out_proj);
-  auto g_in = run.zeros(p64.in_proj.size()), g_cw = run.zeros(p64.conv_weight.size()),
-       g_dtb = run.zeros(p64.dt_bias.size()), g_al = run.zeros(p64.A_log.size()),
-       g_n = run.zeros(p64.out_norm.size()), g_out = run.zeros(p64.out_proj.size());
-  auto dxd = run.zeros(x.size());
+  auto xd = run.up(x), dyd = run.up(dy), dxd = run.zeros(x.size());
+  const auto set = run.params(p64, GdnW<TD>{}, GdnGrad<TD>{});
   Buf<D, TD> yd(x.size());
-  const GdnW<TD> w{in_proj.get(), conv_w.get(), dt_bias.get(), a_log.get(), out_norm.get(), out_proj.get()};
-  const GdnGrad<TD> gr{g_in.get(), g_cw.get(), g_dtb.get(), g_al.get(), g_n.get(), g_out.get()};
   GdnCacheD<D, TD> cache;
-  gdn_forward<D, TD>(cfg, w, xd.get(), yd.get(), b, t, c, cache);
-  gdn_backward<D, TD>(cfg, w, cache, xd.get(), dyd.get(), dxd.get(), gr, b, t, c);
+  gdn_forward<D, TD>(cfg, set.w, xd.get(), yd.get(), b, t, c, cache);
+  gdn_backward<D, TD>(cfg, set.w, cache, xd.get(), dyd.get(), dxd.get(), set.g, b, t, c);
 
   // K: the forward reaches o through in_proj (C), the conv (K taps), the l2 norm (dk), the delta
   // rule (T steps, each a dk sum for S k, then S q's dk sum); out adds the output norm's row (dv)
@@ -65,12 +58,12 @@ void compare_gdn(Run<D, TD>& run, Rng& rng, int b, int t, const ModelConfig& cfg
   const std::string L = "gdn";
   run.add(L, "out", fwd + dv + gd.value_dim(), y64, y32, run.down(yd));
   run.add(L, "dinp", fwd + bwd + dk + kc + gd.in_proj_dim(), dx64, dx32, run.down(dxd));
-  run.add(L, "din_proj", fwd + bwd + dk + kc + n, g64.in_proj, g32.in_proj, run.down(g_in));
-  run.add(L, "dconv_weight", fwd + bwd + dk + n, g64.conv_weight, g32.conv_weight, run.down(g_cw));
-  run.add(L, "ddt_bias", fwd + bwd + n, g64.dt_bias, g32.dt_bias, run.down(g_dtb));
-  run.add(L, "dA_log", fwd + bwd + n, g64.A_log, g32.A_log, run.down(g_al));
-  run.add(L, "dout_norm", fwd + c + dv + n * gd.num_v_heads, g64.out_norm, g32.out_norm, run.down(g_n));
-  run.add(L, "dout_proj", fwd + dv + n, g64.out_proj, g32.out_proj, run.down(g_out));
+  run.add(L, "din_proj", fwd + bwd + dk + kc + n, g64.in_proj, g32.in_proj, run.grad(set, p64.in_proj));
+  run.add(L, "dconv_weight", fwd + bwd + dk + n, g64.conv_weight, g32.conv_weight, run.grad(set, p64.conv_weight));
+  run.add(L, "ddt_bias", fwd + bwd + n, g64.dt_bias, g32.dt_bias, run.grad(set, p64.dt_bias));
+  run.add(L, "dA_log", fwd + bwd + n, g64.A_log, g32.A_log, run.grad(set, p64.A_log));
+  run.add(L, "dout_norm", fwd + c + dv + n * gd.num_v_heads, g64.out_norm, g32.out_norm, run.grad(set, p64.out_norm));
+  run.add(L, "dout_proj", fwd + dv + n, g64.out_proj, g32.out_proj, run.grad(set, p64.out_proj));
 }
 
 }  // namespace ht::engine::dev::compare

@@ -40,23 +40,12 @@ void compare_mamba2(Run<D, TD>& run, Rng& rng, int b, int t, const ModelConfig& 
   const auto [y64, dx64, g64] = ref(double{});
   const auto [y32, dx32, g32] = ref(float{});
 
-  auto xd = run.up(x), dyd = run.up(dy);
-  auto in_proj = run.up(p64.in_proj), conv_w = run.up(p64.conv_weight), conv_b = run.up(p64.conv_bias),
-       dt_bias = run.up(p64.dt_bias), a_log = run.up(p64.A_log), d_skip = run.up(p64.D), norm = run.up(p64.norm),
-       out_proj = run.up(p64.out_proj);
-  auto g_in = run.zeros(p64.in_proj.size()), g_cw = run.zeros(p64.conv_weight.size()),
-       g_cb = run.zeros(p64.conv_bias.size()), g_dtb = run.zeros(p64.dt_bias.size()),
-       g_al = run.zeros(p64.A_log.size()), g_d = run.zeros(p64.D.size()), g_n = run.zeros(p64.norm.size()),
-       g_out = run.zeros(p64.out_proj.size());
-  auto dxd = run.zeros(x.size());
+  auto xd = run.up(x), dyd = run.up(dy), dxd = run.zeros(x.size());
+  const auto set = run.params(p64, Mamba2W<TD>{}, Mamba2Grad<TD>{});
   Buf<D, TD> yd(x.size());
-  const Mamba2W<TD> w{in_proj.get(), conv_w.get(), conv_b.get(), dt_bias.get(),
-                      a_log.get(),   d_skip.get(), norm.get(),   out_proj.get()};
-  const Mamba2Grad<TD> gd{g_in.get(), g_cw.get(), g_cb.get(), g_dtb.get(),
-                          g_al.get(), g_d.get(),  g_n.get(),  g_out.get()};
   Mamba2CacheD<D, TD> cache;
-  mamba2_forward<D, TD>(cfg, w, xd.get(), yd.get(), b, t, c, cache);
-  mamba2_backward<D, TD>(cfg, w, cache, xd.get(), dyd.get(), dxd.get(), gd, b, t, c);
+  mamba2_forward<D, TD>(cfg, set.w, xd.get(), yd.get(), b, t, c, cache);
+  mamba2_backward<D, TD>(cfg, set.w, cache, xd.get(), dyd.get(), dxd.get(), set.g, b, t, c);
 
   // K: the forward reaches y through in_proj (C), the conv (K taps), the scan (T steps, then a sum
   // over N); the backward adds out_proj^T (C), the norm's row sum (GS), dL/ds over T steps, the
@@ -68,14 +57,14 @@ void compare_mamba2(Run<D, TD>& run, Rng& rng, int b, int t, const ModelConfig& 
   const std::string L = "mamba2";
   run.add(L, "out", fwd + gs + md.d_inner(), y64, y32, run.down(yd));
   run.add(L, "dinp", fwd + bwd + kc + md.in_proj_dim(), dx64, dx32, run.down(dxd));
-  run.add(L, "din_proj", fwd + bwd + kc + n, g64.in_proj, g32.in_proj, run.down(g_in));
-  run.add(L, "dconv_weight", fwd + bwd + n, g64.conv_weight, g32.conv_weight, run.down(g_cw));
-  run.add(L, "dconv_bias", fwd + bwd + n, g64.conv_bias, g32.conv_bias, run.down(g_cb));
-  run.add(L, "ddt_bias", fwd + bwd + n, g64.dt_bias, g32.dt_bias, run.down(g_dtb));
-  run.add(L, "dA_log", fwd + bwd + n, g64.A_log, g32.A_log, run.down(g_al));
-  run.add(L, "dD", fwd + c + gs + n * np, g64.D, g32.D, run.down(g_d));
-  run.add(L, "dnorm", fwd + c + n, g64.norm, g32.norm, run.down(g_n));
-  run.add(L, "dout_proj", fwd + gs + n, g64.out_proj, g32.out_proj, run.down(g_out));
+  run.add(L, "din_proj", fwd + bwd + kc + n, g64.in_proj, g32.in_proj, run.grad(set, p64.in_proj));
+  run.add(L, "dconv_weight", fwd + bwd + n, g64.conv_weight, g32.conv_weight, run.grad(set, p64.conv_weight));
+  run.add(L, "dconv_bias", fwd + bwd + n, g64.conv_bias, g32.conv_bias, run.grad(set, p64.conv_bias));
+  run.add(L, "ddt_bias", fwd + bwd + n, g64.dt_bias, g32.dt_bias, run.grad(set, p64.dt_bias));
+  run.add(L, "dA_log", fwd + bwd + n, g64.A_log, g32.A_log, run.grad(set, p64.A_log));
+  run.add(L, "dD", fwd + c + gs + n * np, g64.D, g32.D, run.grad(set, p64.D));
+  run.add(L, "dnorm", fwd + c + n, g64.norm, g32.norm, run.grad(set, p64.norm));
+  run.add(L, "dout_proj", fwd + gs + n, g64.out_proj, g32.out_proj, run.grad(set, p64.out_proj));
 }
 
 }  // namespace ht::engine::dev::compare

@@ -44,22 +44,15 @@ void compare_mla(Run<D, TD>& run, Rng& rng, int b, int t, const ModelConfig& cfg
   const auto [y64, dx64, g64] = ref(double{});
   const auto [y32, dx32, g32] = ref(float{});
 
-  auto xd = run.up(x), dyd = run.up(dy);
-  // Tensors of the other q variant are empty: their buffers are null and stay unread.
-  auto q_proj = run.up(p64.q_proj), q_down = run.up(p64.q_down), q_norm = run.up(p64.q_norm),
-       q_up = run.up(p64.q_up), kv_down = run.up(p64.kv_down), kv_norm = run.up(p64.kv_norm),
-       kv_up = run.up(p64.kv_up), proj = run.up(p64.proj);
-  auto g_qp = run.zeros(p64.q_proj.size()), g_qd = run.zeros(p64.q_down.size()), g_qn = run.zeros(p64.q_norm.size()),
-       g_qu = run.zeros(p64.q_up.size()), g_kvd = run.zeros(p64.kv_down.size()),
-       g_kvn = run.zeros(p64.kv_norm.size()), g_kvu = run.zeros(p64.kv_up.size()), g_pr = run.zeros(p64.proj.size());
-  auto dxd = run.zeros(x.size());
+  auto xd = run.up(x), dyd = run.up(dy), dxd = run.zeros(x.size());
+  MlaW<TD> w0;
+  MlaGrad<TD> g0;
+  w0.direct = g0.direct = direct_q;
+  const auto set = run.params(p64, w0, g0);
   Buf<D, TD> yd(x.size());
-  const MlaW<TD> w{q_proj.get(), q_down.get(), q_norm.get(), q_up.get(),
-                   kv_down.get(), kv_norm.get(), kv_up.get(), proj.get()};
-  const MlaGrad<TD> gd{g_qp.get(), g_qd.get(), g_qn.get(), g_qu.get(), g_kvd.get(), g_kvn.get(), g_kvu.get(), g_pr.get()};
   MlaCacheD<D, TD> cache;
-  mla_forward<D, TD>(cfg, w, xd.get(), yd.get(), b, t, c, cache);
-  mla_backward<D, TD>(cfg, w, cache, xd.get(), dyd.get(), dxd.get(), gd, b, t, c);
+  mla_forward<D, TD>(cfg, set.w, xd.get(), yd.get(), b, t, c, cache);
+  mla_backward<D, TD>(cfg, set.w, cache, xd.get(), dyd.get(), dxd.get(), set.g, b, t, c);
 
   // K: the forward reaches the scores through the q or kv chain (C, then the norm's row sum and
   // the up projection), the score dot (dq), the softmax sum and o's sum over keys (t each), and
@@ -78,16 +71,16 @@ void compare_mla(Run<D, TD>& run, Rng& rng, int b, int t, const ModelConfig& cfg
   run.add(L, "out", fwd + H * dv, y64, y32, run.down(yd));
   run.add(L, "dinp", core + std::max(qback, kvback), dx64, dx32, run.down(dxd));
   if (direct_q) {
-    run.add(L, "dq_proj", core + n, g64.q_proj, g32.q_proj, run.down(g_qp));
+    run.add(L, "dq_proj", core + n, g64.q_proj, g32.q_proj, run.grad(set, p64.q_proj));
   } else {
-    run.add(L, "dq_down", core + qud + qr + n, g64.q_down, g32.q_down, run.down(g_qd));
-    run.add(L, "dq_norm", core + qud + n, g64.q_norm, g32.q_norm, run.down(g_qn));
-    run.add(L, "dq_up", core + n, g64.q_up, g32.q_up, run.down(g_qu));
+    run.add(L, "dq_down", core + qud + qr + n, g64.q_down, g32.q_down, run.grad(set, p64.q_down));
+    run.add(L, "dq_norm", core + qud + n, g64.q_norm, g32.q_norm, run.grad(set, p64.q_norm));
+    run.add(L, "dq_up", core + n, g64.q_up, g32.q_up, run.grad(set, p64.q_up));
   }
-  run.add(L, "dkv_down", core + std::max(kvud + kvr, H) + n, g64.kv_down, g32.kv_down, run.down(g_kvd));
-  run.add(L, "dkv_norm", core + kvud + n, g64.kv_norm, g32.kv_norm, run.down(g_kvn));
-  run.add(L, "dkv_up", core + n, g64.kv_up, g32.kv_up, run.down(g_kvu));
-  run.add(L, "dproj", fwd + n, g64.proj, g32.proj, run.down(g_pr));
+  run.add(L, "dkv_down", core + std::max(kvud + kvr, H) + n, g64.kv_down, g32.kv_down, run.grad(set, p64.kv_down));
+  run.add(L, "dkv_norm", core + kvud + n, g64.kv_norm, g32.kv_norm, run.grad(set, p64.kv_norm));
+  run.add(L, "dkv_up", core + n, g64.kv_up, g32.kv_up, run.grad(set, p64.kv_up));
+  run.add(L, "dproj", fwd + n, g64.proj, g32.proj, run.grad(set, p64.proj));
 }
 
 }  // namespace ht::engine::dev::compare

@@ -306,21 +306,9 @@ class DevExecutor {
     cs.staged = std::make_unique<DevParams<D, T>>(*rk.params, typename DevParams<D, T>::Staging{});
     for (const auto& layer : layers_) {
       std::vector<DevBlock<D, T>> blocks;
-      for (std::size_t i = 0; i < layer.symbols.size(); ++i) {
-        const char sym = layer.symbols[i];
-        if (sym != 'E') {
-          blocks.push_back(make_dev_block<D, T>(sym, cfg_, *cs.staged, layer.prefixes[i], T(1)));
-          continue;
-        }
-        DevBlock<D, T> blk;
-        blk.symbol = sym;
-        const std::string norm = layer.prefixes[i] + prenorm_name(sym);
-        blk.norm_w = cs.staged->w(norm);
-        blk.norm_g = cs.staged->g(norm);
-        blk.branch = std::make_unique<MoeBranchD<D, T>>(cfg_, *cs.staged, layer.prefixes[i], T(1), r * local_experts_,
-                                                         local_experts_);
-        blocks.push_back(std::move(blk));
-      }
+      for (std::size_t i = 0; i < layer.symbols.size(); ++i)
+        blocks.push_back(make_dev_block<D, T>(layer.symbols[i], cfg_, *cs.staged, layer.prefixes[i], T(1),
+                                              ExpertShard{r * local_experts_, local_experts_}));
       cs.layers.push_back(std::move(blocks));
     }
     cs.b = batch.tokens.dim(0);

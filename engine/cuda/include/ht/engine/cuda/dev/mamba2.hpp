@@ -48,7 +48,7 @@ struct Mamba2W {
   const T* conv_bias = nullptr;    // (ch)
   const T* dt_bias = nullptr;      // (H)
   const T* A_log = nullptr;        // (H)
-  const T* d_skip = nullptr;       // (H) Mamba2's D (renamed: D is the device policy here)
+  const T* D = nullptr;            // (H)
   const T* norm = nullptr;         // (di)
   const T* out_proj = nullptr;     // (C, di)
 };
@@ -59,7 +59,7 @@ struct Mamba2Grad {
   T* conv_bias = nullptr;
   T* dt_bias = nullptr;
   T* A_log = nullptr;
-  T* d_skip = nullptr;
+  T* D = nullptr;
   T* norm = nullptr;
   T* out_proj = nullptr;
 };
@@ -131,7 +131,7 @@ void mamba2_forward(const ModelConfig& cfg, const Mamba2W<T>& w, const T* inp, T
   Buf<D, T> state_buf(static_cast<std::size_t>(nr / dm.t) * nh * dm.p * dm.n);
   T* state = state_buf.get();
   const T* alog = w.A_log;
-  const T* dsk = w.d_skip;
+  const T* dsk = w.D;
   D::launch(static_cast<long>(dm.b) * nh * dm.p, [=] HT_HD(long i) {
     const int ii = static_cast<int>(i % dm.p);
     const int hh = static_cast<int>((i / dm.p) % dm.h);
@@ -228,7 +228,7 @@ void mamba2_backward(const ModelConfig& cfg, const Mamba2W<T>& w, const Mamba2Ca
   Buf<D, T> state_buf(static_cast<std::size_t>(nrow) * ns);
   T *hist = hist_buf.get(), *dsb = ds_buf.get(), *state = state_buf.get();
   const T* alog = w.A_log;
-  const T* dsk = w.d_skip;
+  const T* dsk = w.D;
   D::launch(nrow, [=] HT_HD(long i) {
     const int ii = static_cast<int>(i % np);
     const int hh = static_cast<int>((i / np) % nh);
@@ -321,7 +321,7 @@ void mamba2_backward(const ModelConfig& cfg, const Mamba2W<T>& w, const Mamba2Ca
   });
   // Pass 4, one thread per head: dA_log and dD add over sequences, then time backwards, then rows.
   T* galog = grads.A_log;
-  T* gd = grads.d_skip;
+  T* gd = grads.D;
   D::launch(nh, [=] HT_HD(long hh) {
     const T A = -std::exp(alog[hh]);
     T ga = galog[hh], gdd = gd[hh];

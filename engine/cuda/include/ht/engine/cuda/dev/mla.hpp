@@ -53,6 +53,7 @@ struct MlaW {
   const T* kv_norm = nullptr;  // (kvr)
   const T* kv_up = nullptr;    // (H (dn + dv), kvr)
   const T* proj = nullptr;     // (C, H dv)
+  bool direct = false;         // q_proj, not the low-rank path (MlaParams' visit reads it)
 };
 template <class T>
 struct MlaGrad {
@@ -64,7 +65,13 @@ struct MlaGrad {
   T* kv_norm = nullptr;
   T* kv_up = nullptr;
   T* proj = nullptr;
+  bool direct = false;
 };
+template <class S>
+  requires requires(const S& s) { s.direct; }
+bool direct_q(const S& s) {
+  return s.direct;
+}
 
 template <class D, class T>
 struct MlaCacheD {

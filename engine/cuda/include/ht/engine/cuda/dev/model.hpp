@@ -28,6 +28,8 @@
 #include "ht/engine/cuda/dev/moe.hpp"
 #include "ht/engine/cuda/dev/swiglu.hpp"
 #include "ht/engine/error.hpp"
+#include "ht/engine/exec/plan_walk.hpp"
+#include "ht/engine/layers/table.hpp"
 #include "ht/engine/model.hpp"
 #include "ht/engine/optimizer.hpp"
 #include "ht/patterns/checkpoint.hpp"
@@ -206,13 +208,31 @@ class DevParams {
   std::vector<const T*> wptr_;  // the weights: values_, or the weights of the set this one stages for
 };
 
+// Binds a device layer's weight and gradient pointer sets (W, G: structs whose members carry the
+// names of the CPU layer's Params) to `p`'s copies of `pre` + the checkpoint names that Params'
+// visit gives them: the names are written once, in the CPU layer's header (layers/*.hpp).
+template <class D, class T>
+struct ParamBinder {
+  DevParams<D, T>& p;
+  std::string pre;
+  // visit(set, f) calls f(name, member) for every parameter of set (a Params::visit).
+  template <class W, class G, class Visit>
+  void operator()(W& w, G& g, Visit&& visit) const {
+    visit(w, [&](const std::string& name, const T*& slot) { slot = p.w(pre + name); });
+    visit(g, [&](const std::string& name, T*& slot) { slot = p.g(pre + name); });
+  }
+  template <class P, class W, class G>
+  void all(W& w, G& g) const {
+    (*this)(w, g, [](auto& set, auto&& f) { P::visit(set, f); });
+  }
+};
+
 template <class D, class T>
 class AttnBranchD final : public DevBranch<D, T> {
  public:
   AttnBranchD(const ModelConfig& cfg, DevParams<D, T>& p, const std::string& pre, int window)
       : cfg_(cfg), window_(window) {
-    w_ = {p.w(pre + "self_attention.linear_qkv.weight"), p.w(pre + "self_attention.linear_proj.weight")};
-    g_ = {p.g(pre + "self_attention.linear_qkv.weight"), p.g(pre + "self_attention.linear_proj.weight")};
+    ParamBinder<D, T>{p, pre}.template all<AttentionParams<T>>(w_, g_);
   }
   void forward(const T* x, T* out, int b, int t) override {
     attention_forward<D, T>(cfg_, w_, x, out, b, t, cfg_.hidden, cache_, window_);
@@ -233,18 +253,27 @@ template <class D, class T>
 class MlpBranchD final : public DevBranch<D, T> {
  public:
   MlpBranchD(const ModelConfig& cfg, DevParams<D, T>& p, const std::string& pre) {
-    w_ = {p.w(pre + "mlp.linear_fc1.weight"), p.w(pre + "mlp.linear_fc2.weight"), cfg.hidden, cfg.ffn_hidden};
-    g_ = {p.g(pre + "mlp.linear_fc1.weight"), p.g(pre + "mlp.linear_fc2.weight")};
+    w_.w = {nullptr, nullptr, cfg.hidden, cfg.ffn_hidden};
+    ParamBinder<D, T>{p, pre}.template all<MlpParams<T>>(w_, g_);
   }
-  void forward(const T* x, T* out, int b, int t) override { swiglu_forward<D, T>(out, cache_, x, b * t, w_); }
+  void forward(const T* x, T* out, int b, int t) override { swiglu_forward<D, T>(out, cache_, x, b * t, w_.w); }
   void backward(const T* x, const T* dout, T* dx, int b, int t, WgradSink<T>* wgrad) override {
-    swiglu_backward<D, T>(dx, g_, dout, x, b * t, w_, cache_, wgrad);
+    swiglu_backward<D, T>(dx, g_.w, dout, x, b * t, w_.w, cache_, wgrad);
   }
 
  private:
-  SwiGLUW<T> w_;
-  SwiGLUGrad<T> g_;
+  struct {
+    SwiGLUW<T> w;  // MlpParams' shape: its visit reads .w
+  } w_;
+  struct {
+    SwiGLUGrad<T> w;
+  } g_;
   SwiGLUCacheD<D, T> cache_;
+};
+
+// The experts of an MoE layer one device rank holds: [first, first + count); count < 0: all.
+struct ExpertShard {
+  int first = 0, count = -1;
 };
 
 // 'E'. With a shard (the device executor's expert parallelism) it holds only the rank's experts,
@@ -253,27 +282,24 @@ class MlpBranchD final : public DevBranch<D, T> {
 template <class D, class T>
 class MoeBranchD final : public DevBranch<D, T> {
  public:
-  MoeBranchD(const ModelConfig& cfg, DevParams<D, T>& p, const std::string& pre, T loss_scale, int first = 0,
-             int count = -1)
+  MoeBranchD(const ModelConfig& cfg, DevParams<D, T>& p, const std::string& pre, T loss_scale, ExpertShard shard = {})
       : cfg_(cfg), scale_(loss_scale) {
-    w_.router = p.w(pre + "mlp.router.weight");
-    g_.router = p.g(pre + "mlp.router.weight");
-    auto swiglu = [&](const std::string& sp) {
-      const int f = p.dim(sp + "linear_fc2.weight", 1);
-      return std::pair{SwiGLUW<T>{p.w(sp + "linear_fc1.weight"), p.w(sp + "linear_fc2.weight"), cfg.hidden, f},
-                       SwiGLUGrad<T>{p.g(sp + "linear_fc1.weight"), p.g(sp + "linear_fc2.weight")}};
-    };
-    sharded_ = count >= 0;
-    if (!sharded_) count = cfg.num_experts;
-    shard_.first = first;
-    shard_.count = count;
+    sharded_ = shard.count >= 0;
+    if (!sharded_) shard.count = cfg.num_experts;
+    shard_.first = shard.first;
+    shard_.count = shard.count;
     w_.experts.resize(static_cast<std::size_t>(cfg.num_experts));
     g_.experts.resize(static_cast<std::size_t>(cfg.num_experts));
-    for (int e = first; e < first + count; ++e)
-      std::tie(w_.experts[static_cast<std::size_t>(e)], g_.experts[static_cast<std::size_t>(e)]) =
-          swiglu(pre + "mlp.experts.local_experts." + std::to_string(e) + ".");
-    w_.has_shared = p.has(pre + "mlp.shared_experts.linear_fc1.weight");
-    if (w_.has_shared) std::tie(w_.shared, g_.shared) = swiglu(pre + "mlp.shared_experts.");
+    w_.has_shared = g_.has_shared = cfg.moe_shared_ffn_hidden > 0;  // as moe_init
+    for (auto& sw : w_.experts) sw = {nullptr, nullptr, cfg.hidden, cfg.moe_ffn_hidden};
+    w_.shared = {nullptr, nullptr, cfg.hidden, cfg.moe_shared_ffn_hidden};
+    // MoeParams' names, the experts of the shard only.
+    ParamBinder<D, T>{p, pre}(w_, g_, [&](auto& set, auto&& f) {
+      MoeParams<T>::visit(set, [&](const std::string& name, auto& slot) {
+        const int e = exec::expert_index(name);
+        if (e < 0 || (e >= shard.first && e < shard.first + shard.count)) f(name, slot);
+      });
+    });
   }
   void forward(const T* x, T* out, int b, int t) override {
     for (int part = 0; part < 3; ++part) forward_part(part, x, out, b, t);
@@ -320,13 +346,14 @@ class MoeBranchD final : public DevBranch<D, T> {
 };
 
 // The mixers (Mamba2, GDN, MLA) share one adapter: their forward and backward take the same
-// arguments; `bind` fills the weight and gradient pointers by checkpoint name.
-template <class D, class T, class W, class G, class C, auto Fwd, auto Bwd>
+// arguments; their pointer sets are bound by the names of their CPU Params P.
+template <class D, class T, class P, class W, class G, class C, auto Fwd, auto Bwd>
 class MixerBranchD final : public DevBranch<D, T> {
  public:
-  template <class Bind>
-  MixerBranchD(const ModelConfig& cfg, Bind&& bind) : cfg_(cfg) {
-    bind(w_, g_);
+  MixerBranchD(const ModelConfig& cfg, DevParams<D, T>& p, const std::string& pre) : cfg_(cfg) {
+    // MLA: which q path the names follow (mla_init's choice) before they are bound.
+    if constexpr (requires { w_.direct; }) w_.direct = g_.direct = cfg.mla_q_lora_rank == 0;
+    ParamBinder<D, T>{p, pre}.template all<P>(w_, g_);
   }
   void forward(const T* x, T* out, int b, int t) override { Fwd(cfg_, w_, x, out, b, t, cfg_.hidden, cache_); }
   void backward(const T* x, const T* dout, T* dx, int b, int t, WgradSink<T>* wgrad) override {
@@ -340,83 +367,55 @@ class MixerBranchD final : public DevBranch<D, T> {
   C cache_;
 };
 
-// Binds one (weight, gradient) pair of `pre + name`; `optional` leaves both null when the host
-// model has no such parameter (MLA's direct or low-rank q path).
+// The device side of the layer table (layers/table.hpp): the device branch of the layer whose CPU
+// Params type is P. The table picks P from the symbol; a layer the CPU runs without a
+// specialisation here does not compile.
+template <class D, class T, class P>
+struct DevLayer;
 template <class D, class T>
-struct ParamBinder {
-  DevParams<D, T>& p;
-  std::string pre;
-  void operator()(const T*& w, T*& g, const std::string& name, bool optional = false) const {
-    const std::string key = pre + name;
-    if (optional && !p.has(key)) {
-      w = nullptr;
-      g = nullptr;
-      return;
-    }
-    w = p.w(key);
-    g = p.g(key);
+struct DevLayer<D, T, AttentionParams<T>> {
+  static auto make(char symbol, const ModelConfig& cfg, DevParams<D, T>& p, const std::string& pre, T, ExpertShard) {
+    return std::make_unique<AttnBranchD<D, T>>(cfg, p, pre, layers::window_of(symbol, cfg));
   }
 };
-
 template <class D, class T>
-std::unique_ptr<DevBranch<D, T>> make_mixer_branch(char symbol, const ModelConfig& cfg, DevParams<D, T>& p,
-                                                   const std::string& pre) {
-  const ParamBinder<D, T> bind{p, pre};
-  switch (symbol) {
-    case 'M':
-      return std::make_unique<MixerBranchD<D, T, Mamba2W<T>, Mamba2Grad<T>, Mamba2CacheD<D, T>, &mamba2_forward<D, T>,
-                                           &mamba2_backward<D, T>>>(cfg, [&](Mamba2W<T>& w, Mamba2Grad<T>& g) {
-        bind(w.in_proj, g.in_proj, "mixer.in_proj.weight");
-        bind(w.conv_weight, g.conv_weight, "mixer.conv1d.weight");
-        bind(w.conv_bias, g.conv_bias, "mixer.conv1d.bias");
-        bind(w.dt_bias, g.dt_bias, "mixer.dt_bias");
-        bind(w.A_log, g.A_log, "mixer.A_log");
-        bind(w.d_skip, g.d_skip, "mixer.D");
-        bind(w.norm, g.norm, "mixer.norm.weight");
-        bind(w.out_proj, g.out_proj, "mixer.out_proj.weight");
-      });
-    case 'G':
-      return std::make_unique<MixerBranchD<D, T, GdnW<T>, GdnGrad<T>, GdnCacheD<D, T>, &gdn_forward<D, T>,
-                                           &gdn_backward<D, T>>>(cfg, [&](GdnW<T>& w, GdnGrad<T>& g) {
-        bind(w.in_proj, g.in_proj, "self_attention.in_proj.weight");
-        bind(w.conv_weight, g.conv_weight, "self_attention.conv1d.weight");
-        bind(w.dt_bias, g.dt_bias, "self_attention.dt_bias");
-        bind(w.A_log, g.A_log, "self_attention.A_log");
-        bind(w.out_norm, g.out_norm, "self_attention.out_norm.weight");
-        bind(w.out_proj, g.out_proj, "self_attention.out_proj.weight");
-      });
-    default:  // '+'
-      return std::make_unique<MixerBranchD<D, T, MlaW<T>, MlaGrad<T>, MlaCacheD<D, T>, &mla_forward<D, T>,
-                                           &mla_backward<D, T>>>(cfg, [&](MlaW<T>& w, MlaGrad<T>& g) {
-        bind(w.q_proj, g.q_proj, "self_attention.linear_q_proj.weight", true);
-        bind(w.q_down, g.q_down, "self_attention.linear_q_down_proj.weight", true);
-        bind(w.q_norm, g.q_norm, "self_attention.linear_q_up_proj.layer_norm_weight", true);
-        bind(w.q_up, g.q_up, "self_attention.linear_q_up_proj.weight", true);
-        bind(w.kv_down, g.kv_down, "self_attention.linear_kv_down_proj.weight");
-        bind(w.kv_norm, g.kv_norm, "self_attention.linear_kv_up_proj.layer_norm_weight");
-        bind(w.kv_up, g.kv_up, "self_attention.linear_kv_up_proj.weight");
-        bind(w.proj, g.proj, "self_attention.linear_proj.weight");
-      });
+struct DevLayer<D, T, MlpParams<T>> {
+  static auto make(char, const ModelConfig& cfg, DevParams<D, T>& p, const std::string& pre, T, ExpertShard) {
+    return std::make_unique<MlpBranchD<D, T>>(cfg, p, pre);
   }
-}
+};
+template <class D, class T>
+struct DevLayer<D, T, MoeParams<T>> {
+  static auto make(char, const ModelConfig& cfg, DevParams<D, T>& p, const std::string& pre, T loss_scale,
+                   ExpertShard shard) {
+    return std::make_unique<MoeBranchD<D, T>>(cfg, p, pre, loss_scale, shard);
+  }
+};
+template <class D, class T, class P, class W, class G, class C, auto Fwd, auto Bwd>
+struct DevMixer {
+  static auto make(char, const ModelConfig& cfg, DevParams<D, T>& p, const std::string& pre, T, ExpertShard) {
+    return std::make_unique<MixerBranchD<D, T, P, W, G, C, Fwd, Bwd>>(cfg, p, pre);
+  }
+};
+template <class D, class T>
+struct DevLayer<D, T, Mamba2Params<T>> : DevMixer<D, T, Mamba2Params<T>, Mamba2W<T>, Mamba2Grad<T>, Mamba2CacheD<D, T>,
+                                                  &mamba2_forward<D, T>, &mamba2_backward<D, T>> {};
+template <class D, class T>
+struct DevLayer<D, T, GdnParams<T>>
+    : DevMixer<D, T, GdnParams<T>, GdnW<T>, GdnGrad<T>, GdnCacheD<D, T>, &gdn_forward<D, T>, &gdn_backward<D, T>> {};
+template <class D, class T>
+struct DevLayer<D, T, MlaParams<T>>
+    : DevMixer<D, T, MlaParams<T>, MlaW<T>, MlaGrad<T>, MlaCacheD<D, T>, &mla_forward<D, T>, &mla_backward<D, T>> {};
 
-// The symbol -> device layer table (the device twin of branch.cpp's make_branch). Symbols whose
-// device layer is not written yet are refused by name before anything runs.
+// The device branch of `symbol`: the layer table (layers::with_layer) picks the layer, DevLayer
+// its device code. A symbol the engine does not run is refused by name.
 template <class D, class T>
 std::unique_ptr<DevBranch<D, T>> make_dev_branch(char symbol, const ModelConfig& cfg, DevParams<D, T>& p,
-                                                 const std::string& pre, T loss_scale) {
-  switch (symbol) {
-    case '*': return std::make_unique<AttnBranchD<D, T>>(cfg, p, pre, 0);
-    case 'W': return std::make_unique<AttnBranchD<D, T>>(cfg, p, pre, cfg.window);
-    case '-': return std::make_unique<MlpBranchD<D, T>>(cfg, p, pre);
-    case 'E': return std::make_unique<MoeBranchD<D, T>>(cfg, p, pre, loss_scale);
-    case 'M':
-    case 'G':
-    case '+': return make_mixer_branch<D, T>(symbol, cfg, p, pre);
-    default:
-      throw EngineError(ErrorCode::Unsupported, std::string("layer symbol '") + symbol +
-                                                    "' has no CUDA layer yet (the device model runs M G * W + - E)");
-  }
+                                                 const std::string& pre, T loss_scale, ExpertShard shard = {}) {
+  return layers::with_layer<T>(symbol, cfg, loss_scale, [&](auto ops) -> std::unique_ptr<DevBranch<D, T>> {
+    using P = typename decltype(ops)::Params;
+    return DevLayer<D, T, P>::make(symbol, cfg, p, pre, loss_scale, shard);
+  });
 }
 
 // One physical layer on the device, h_out = h + branch(rmsnorm(h)) (the CPU's Block), with its
@@ -472,13 +471,13 @@ struct DevBlock {
 
 template <class D, class T>
 DevBlock<D, T> make_dev_block(char sym, const ModelConfig& cfg, DevParams<D, T>& params, const std::string& pre,
-                              T loss_scale) {
+                              T loss_scale, ExpertShard shard = {}) {
   DevBlock<D, T> blk;
   blk.symbol = sym;
-  const std::string norm = pre + prenorm_name(sym);
+  const std::string norm = pre + layers::prenorm_name(sym);
   blk.norm_w = params.w(norm);
   blk.norm_g = params.g(norm);
-  blk.branch = make_dev_branch<D, T>(sym, cfg, params, pre, loss_scale);
+  blk.branch = make_dev_branch<D, T>(sym, cfg, params, pre, loss_scale, shard);
   return blk;
 }
 

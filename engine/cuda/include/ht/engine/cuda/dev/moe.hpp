@@ -31,6 +31,7 @@ template <class T>
 struct MoeGrad {
   T* router = nullptr;
   std::vector<SwiGLUGrad<T>> experts;
+  bool has_shared = false;  // as MoeW's (MoeParams' visit reads it)
   SwiGLUGrad<T> shared;
 };
 

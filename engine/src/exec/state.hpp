@@ -9,6 +9,7 @@
 //   executor.cpp     the plan's node actions and the step (the walk, the streams)
 #pragma once
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <span>

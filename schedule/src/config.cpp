@@ -249,6 +249,40 @@ std::span<const RecomputeName> recompute_names() {
   return kNames;
 }
 
+namespace {
+
+// The module bits of a comma-separated list of `names`' entries. `standalone` are the words that
+// only stand alone (none, full: the caller handles them before); `what` names the list in errors;
+// `refuse(name)` may refuse a known-but-unsupported word with its own reason.
+template <class Names, class Refuse>
+unsigned parse_module_list(std::string_view text, const Names& names,
+                           std::initializer_list<std::string_view> standalone, const std::string& what,
+                           Refuse&& refuse) {
+  unsigned modules = 0;
+  std::size_t begin = 0;
+  while (begin <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', begin), text.size());
+    const std::string_view name = text.substr(begin, comma - begin);
+    bool found = false;
+    for (const auto& n : names)
+      if (n.name == name) modules |= static_cast<unsigned>(n.module), found = true;
+    if (!found && std::find(standalone.begin(), standalone.end(), name) != standalone.end())
+      bad_config(what + " '" + std::string(name) + "' stands alone, not in a list of modules ('" +
+                 std::string(text.substr(0, 80)) + "')");
+    if (!found) refuse(name);
+    if (!found) {
+      std::string known;
+      for (const std::string_view w : standalone) known += std::string(w) + ", ";
+      for (const auto& n : names) known += std::string(n.name) + (&n == &names.back() ? "" : ", ");
+      bad_config("unknown " + what + " module '" + std::string(name.substr(0, 40)) + "' (known: " + known + ")");
+    }
+    begin = comma + 1;
+  }
+  return modules;
+}
+
+}  // namespace
+
 Recompute parse_recompute(std::string_view text) {
   Recompute r;
   if (text.empty()) bad_config("recompute is empty: give none, full or a comma-separated list of modules");
@@ -257,26 +291,7 @@ Recompute parse_recompute(std::string_view text) {
     r.full = true;
     return r;
   }
-  std::size_t begin = 0;
-  while (begin <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', begin), text.size());
-    const std::string_view name = text.substr(begin, comma - begin);
-    bool found = false;
-    for (const RecomputeName& n : recompute_names())
-      if (n.name == name) {
-        r.modules |= n.module;
-        found = true;
-      }
-    if (!found && (name == "full" || name == "none"))
-      bad_config("recompute '" + std::string(name) + "' stands alone, not in a list of modules ('" + std::string(text) +
-                 "')");
-    if (!found) {
-      std::string known = "full, none";
-      for (const RecomputeName& n : recompute_names()) known += ", " + std::string(n.name);
-      bad_config("unknown recompute module '" + std::string(name) + "' (known: " + known + ")");
-    }
-    begin = comma + 1;
-  }
+  r.modules = parse_module_list(text, recompute_names(), {"full", "none"}, "recompute", [](std::string_view) {});
   return r;
 }
 
@@ -308,23 +323,11 @@ Offload parse_offload(std::string_view text) {
   Offload o;
   if (text.empty()) bad_config("offload modules are empty: give none or a comma-separated list of modules");
   if (text == "none") return o;
-  std::size_t begin = 0;
-  while (begin <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', begin), text.size());
-    const std::string_view name = text.substr(begin, comma - begin);
-    bool found = false;
-    for (const OffloadName& n : offload_names())
-      if (n.name == name) o.modules |= n.module, found = true;
-    if (!found && (name == "fused_group_mlp" || name == "gdp_qkv"))
+  o.modules = parse_module_list(text, offload_names(), {"none"}, "offload", [](std::string_view name) {
+    if (name == "fused_group_mlp" || name == "gdp_qkv")
       bad_config("offload module '" + std::string(name) +
                  "' is not modelled (Transformer Engine's fused grouped MLP, GatedDeltaProduct's QKV)");
-    if (!found) {
-      std::string known = "none";
-      for (const OffloadName& n : offload_names()) known += ", " + std::string(n.name);
-      bad_config("unknown offload module '" + std::string(name.substr(0, 40)) + "' (known: " + known + ")");
-    }
-    begin = comma + 1;
-  }
+  });
   if (o.has(kOffloadAttnProj) && !o.has(kOffloadCoreAttn))
     bad_config("offload: attn_proj needs core_attn (its input is the core attention's output, which the core's "
                "backward keeps on the GPU otherwise; Megatron's rule)");

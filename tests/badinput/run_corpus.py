@@ -572,6 +572,8 @@ CASES = [
                                                "--offload-modules", "attn_proj"], "attn_proj needs core_attn", None, None),
     ("simulate-offload-unknown-module", 10, 2, ["simulate", "--pattern", "M*E", "--offload-modules", "core_attn,,moe_act"],
      "unknown offload module ''", None, None),
+    ("plan-offload-none-in-a-list", 10, 2, ["plan", "--pattern", "[*E]", "--offload-modules", "none,core_attn"],
+     "offload 'none' stands alone", None, None),
     ("simulate-offload-with-full-recompute", 10, 2, ["simulate", "--pattern", "M*E", "--offload-modules", "core_attn",
                                                      "--recompute", "full"], "nothing to offload", None, None),
     ("simulate-host-link-zero", 10, 2, ["simulate", "--pattern", "M*E", "--platform", "dgx-h100:host_link_gbs=0"],

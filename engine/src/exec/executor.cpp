@@ -443,8 +443,13 @@ runtime::Work node_work(Executor::Impl& im, const schedule::Node& node, RankMode
     layer = &m.mtp.at(static_cast<std::size_t>(depth)).layer;
     ls = &cs.mtp.at(static_cast<std::size_t>(depth)).inner;
   } else if (node.layer >= 0) {
-    layer = &m.layers.at(static_cast<std::size_t>(node.layer));
-    ls = &cs.layers.at(static_cast<std::size_t>(node.layer));
+    const auto l = static_cast<std::size_t>(node.layer);
+    layer = &m.layers.at(l);
+    ls = &cs.layers.at(l);
+    if (layer->held && ls->blocks.empty()) {  // the layer's first node in this chunk
+      if (cs.released.at(l)) fail("node " + node.label() + " runs after the last node of its layer and microbatch");
+      *ls = im.new_layer_state(*layer);
+    }
   }
   if ((node.slot == Slot::Dispatch || node.slot == Slot::Combine) && (!layer || !layer->moe()))
     throw EngineError(ErrorCode::BadConfig, "executor: node " + node.label() + " is a comm node of a dense layer");
@@ -630,10 +635,9 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
         auto& cs = rc[static_cast<std::size_t>(mb)][static_cast<std::size_t>(vp)];
         cs.batch = &batches[static_cast<std::size_t>(lo.dp_rank)][static_cast<std::size_t>(mb)];
         cs.weight = weight;
-        cs.layers.resize(static_cast<std::size_t>(n_layers));
-        auto& model_layers = im.models[static_cast<std::size_t>(r)].layers;
-        for (std::size_t l = 0; l < cs.layers.size(); ++l)
-          if (lo.holds[l] && im.stages.layer_vp[l] == vp) cs.layers[l] = im.new_layer_state(model_layers[l]);
+        cs.layers.resize(static_cast<std::size_t>(n_layers));  // built by the layer's first node
+        cs.released.assign(static_cast<std::size_t>(n_layers), 0);
+        cs.router_loss.assign(static_cast<std::size_t>(n_layers), 0.0);
         if (lo.last && vp == vpp - 1) {
           for (auto& md : im.models[static_cast<std::size_t>(r)].mtp) cs.mtp.push_back(im.new_mtp_state(md));
           cs.mtp_weight = mtp_weight;
@@ -650,6 +654,15 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
   // rank that refuses a plan whose ranks would wait for each other forever.
   const auto issue = issue_orders(im.plan, im.options.test_weight_fault, kWho);
   refuse_deadlock(im.plan, issue, kWho);
+  // The last node of each (microbatch, chunk, layer) on its rank releases the layer's state.
+  std::vector<char> releases(im.plan.nodes.size(), 0);
+  for (const auto& order : issue) {
+    std::map<std::tuple<int, int, int>, int> last;
+    for (const int id : order)
+      if (const schedule::Node& n = im.plan.node(id); n.microbatch >= 0 && n.layer >= 0 && !n.mtp)
+        last[{n.microbatch, n.vp_stage, n.layer}] = id;
+    for (const auto& [key, id] : last) releases[static_cast<std::size_t>(id)] = 1;
+  }
   world.run([&](runtime::RankContext& ctx) {
     const int r = ctx.rank;
     const RankLayout& lo = im.at(r);
@@ -671,10 +684,19 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
       if (!work) fail("node " + node.label() + " has no action");
       // The GEMM work the node did (cpu::gemm_flops, a counter of the stream's thread): where the
       // weight-gradient GEMMs ran, readable from the timeline.
-      work = [inner = std::move(work)] {
+      ChunkState* release = nullptr;
+      if (releases[static_cast<std::size_t>(node.id)])
+        release = &chunks[static_cast<std::size_t>(r)][static_cast<std::size_t>(node.microbatch)]
+                         [static_cast<std::size_t>(node.vp_stage)];
+      work = [inner = std::move(work), release, l = static_cast<std::size_t>(node.layer)] {
         const double before = cpu::gemm_flops();
         inner();
         runtime::annotate_span("gemm_flops", flops_text(cpu::gemm_flops() - before));
+        if (!release) return;
+        if (const MoeState* st = release->layers[l].moe.get())
+          release->router_loss[l] = static_cast<double>(st->routing.aux_loss) + static_cast<double>(st->routing.z_loss);
+        release->layers[l] = LayerState{};
+        release->released[l] = 1;
       };
       chains.issue(runtime::ChainKey{node.microbatch, node.vp_stage}, stream, std::move(work), std::move(label));
     };
@@ -697,8 +719,7 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
       for (int l = 0; l < n_layers; ++l) {
         const auto r = static_cast<std::size_t>(im.rank_of(im.stages.layer_stage[static_cast<std::size_t>(l)], d));
         const auto vp = static_cast<std::size_t>(im.stages.layer_vp[static_cast<std::size_t>(l)]);
-        const auto& ls = chunks[r][static_cast<std::size_t>(mb)][vp].layers[static_cast<std::size_t>(l)];
-        if (ls.moe) aux += static_cast<double>(ls.moe->routing.aux_loss) + static_cast<double>(ls.moe->routing.z_loss);
+        aux += chunks[r][static_cast<std::size_t>(mb)][vp].router_loss[static_cast<std::size_t>(l)];
       }
       const auto last = static_cast<std::size_t>(im.rank_of(pp - 1, d));
       const ChunkState& head = chunks[last][static_cast<std::size_t>(mb)][static_cast<std::size_t>(vpp - 1)];

@@ -164,7 +164,13 @@ struct ChunkState {
   RMSNormCache<float> fnc;
   CrossEntropyCache<float> ce;
   double loss = 0;
-  std::vector<LayerState> layers;  // by global logical layer; states only for the chunk's layers
+  // By global logical layer, for the chunk's layers: each lives from the first node of its
+  // (microbatch, chunk, layer) to the last (the W node under delayed wgrad), as the schedule's
+  // memory walk counts it (schedule/memory.hpp); `released` marks those gone, whose router losses
+  // (aux + z) `router_loss` keeps for the step's loss.
+  std::vector<LayerState> layers;
+  std::vector<char> released;
+  std::vector<double> router_loss;
   // MTP (last chunk of the last stage only): the first depth's pre_dispatch applies the final
   // norm and parks h_final for the main head and its own hnorm; d_h_final merges both gradients.
   std::vector<MtpState> mtp;

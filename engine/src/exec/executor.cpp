@@ -443,13 +443,8 @@ runtime::Work node_work(Executor::Impl& im, const schedule::Node& node, RankMode
     layer = &m.mtp.at(static_cast<std::size_t>(depth)).layer;
     ls = &cs.mtp.at(static_cast<std::size_t>(depth)).inner;
   } else if (node.layer >= 0) {
-    const auto l = static_cast<std::size_t>(node.layer);
-    layer = &m.layers.at(l);
-    ls = &cs.layers.at(l);
-    if (layer->held && ls->blocks.empty()) {  // the layer's first node in this chunk
-      if (cs.released.at(l)) fail("node " + node.label() + " runs after the last node of its layer and microbatch");
-      *ls = im.new_layer_state(*layer);
-    }
+    layer = &m.layers.at(static_cast<std::size_t>(node.layer));
+    ls = &cs.layers.at(static_cast<std::size_t>(node.layer));
   }
   if ((node.slot == Slot::Dispatch || node.slot == Slot::Combine) && (!layer || !layer->moe()))
     throw EngineError(ErrorCode::BadConfig, "executor: node " + node.label() + " is a comm node of a dense layer");
@@ -636,7 +631,6 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
         cs.batch = &batches[static_cast<std::size_t>(lo.dp_rank)][static_cast<std::size_t>(mb)];
         cs.weight = weight;
         cs.layers.resize(static_cast<std::size_t>(n_layers));  // built by the layer's first node
-        cs.released.assign(static_cast<std::size_t>(n_layers), 0);
         cs.router_loss.assign(static_cast<std::size_t>(n_layers), 0.0);
         if (lo.last && vp == vpp - 1) {
           for (auto& md : im.models[static_cast<std::size_t>(r)].mtp) cs.mtp.push_back(im.new_mtp_state(md));
@@ -654,15 +648,6 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
   // rank that refuses a plan whose ranks would wait for each other forever.
   const auto issue = issue_orders(im.plan, im.options.test_weight_fault, kWho);
   refuse_deadlock(im.plan, issue, kWho);
-  // The last node of each (microbatch, chunk, layer) on its rank releases the layer's state.
-  std::vector<char> releases(im.plan.nodes.size(), 0);
-  for (const auto& order : issue) {
-    std::map<std::tuple<int, int, int>, int> last;
-    for (const int id : order)
-      if (const schedule::Node& n = im.plan.node(id); n.microbatch >= 0 && n.layer >= 0 && !n.mtp)
-        last[{n.microbatch, n.vp_stage, n.layer}] = id;
-    for (const auto& [key, id] : last) releases[static_cast<std::size_t>(id)] = 1;
-  }
   world.run([&](runtime::RankContext& ctx) {
     const int r = ctx.rank;
     const RankLayout& lo = im.at(r);
@@ -672,6 +657,20 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
     runtime::Communicator& dp_comm = *dp_comms[static_cast<std::size_t>(lo.pp_rank)][static_cast<std::size_t>(lo.dp_rank)];
     runtime::Communicator& pipe = *pipe_comms[static_cast<std::size_t>(r)];
     runtime::EventChains chains([&ctx] { return ctx.make_event(); });
+    // Nodes of each (microbatch, chunk, layer) left to issue on this rank (an issue order may hold
+    // a node twice: the test faults). The first to run builds the layer's state, the last releases
+    // it, both on the stream after the chain's previous node, so no thread touches it outside the
+    // chain's order.
+    // The chunk's own tensors (hidden state, logits, loss caches) go after its last node too.
+    using LayerKey = std::tuple<int, int, int>;
+    std::map<LayerKey, int> to_issue, issued;
+    std::map<std::pair<int, int>, int> chunk_to_issue;
+    for (const int id : issue[static_cast<std::size_t>(r)]) {
+      const schedule::Node& n = im.plan.node(id);
+      if (n.microbatch < 0) continue;
+      ++chunk_to_issue[{n.microbatch, n.vp_stage}];
+      if (n.layer >= 0 && !n.mtp) ++to_issue[{n.microbatch, n.vp_stage, n.layer}];
+    }
     const auto run_node = [&](const schedule::Node& node) {
       runtime::Stream& stream = ctx.stream(node.stream == schedule::Stream::Comm ? runtime::kCommStream : runtime::kComputeStream);
       runtime::WorkLabel label{node.label(), std::string(schedule::to_string(node.slot)), schedule::node_args(node)};
@@ -684,19 +683,27 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
       if (!work) fail("node " + node.label() + " has no action");
       // The GEMM work the node did (cpu::gemm_flops, a counter of the stream's thread): where the
       // weight-gradient GEMMs ran, readable from the timeline.
-      ChunkState* release = nullptr;
-      if (releases[static_cast<std::size_t>(node.id)])
-        release = &chunks[static_cast<std::size_t>(r)][static_cast<std::size_t>(node.microbatch)]
-                         [static_cast<std::size_t>(node.vp_stage)];
-      work = [inner = std::move(work), release, l = static_cast<std::size_t>(node.layer)] {
+      ChunkState* chunk = &chunks[static_cast<std::size_t>(r)][static_cast<std::size_t>(node.microbatch)]
+                                 [static_cast<std::size_t>(node.vp_stage)];
+      bool first = false, last = false;
+      const auto l = static_cast<std::size_t>(node.layer);
+      if (node.layer >= 0 && !node.mtp && m.layers.at(l).held) {
+        const LayerKey key{node.microbatch, node.vp_stage, node.layer};
+        first = issued[key]++ == 0;
+        last = --to_issue[key] == 0;
+      }
+      const bool chunk_done = --chunk_to_issue[{node.microbatch, node.vp_stage}] == 0;
+      work = [&im, &m, inner = std::move(work), chunk, first, last, chunk_done, l] {
+        if (first) chunk->layers[l] = im.new_layer_state(m.layers[l]);
         const double before = cpu::gemm_flops();
         inner();
         runtime::annotate_span("gemm_flops", flops_text(cpu::gemm_flops() - before));
-        if (!release) return;
-        if (const MoeState* st = release->layers[l].moe.get())
-          release->router_loss[l] = static_cast<double>(st->routing.aux_loss) + static_cast<double>(st->routing.z_loss);
-        release->layers[l] = LayerState{};
-        release->released[l] = 1;
+        if (last) {
+          if (const MoeState* st = chunk->layers[l].moe.get())
+            chunk->router_loss[l] = static_cast<double>(st->routing.aux_loss) + static_cast<double>(st->routing.z_loss);
+          chunk->layers[l] = LayerState{};
+        }
+        if (chunk_done) chunk->release_tensors();
       };
       chains.issue(runtime::ChainKey{node.microbatch, node.vp_stage}, stream, std::move(work), std::move(label));
     };

@@ -60,6 +60,22 @@ std::vector<std::pair<int, ParamEntry>> model_column(Executor::Impl& im, int d) 
   return out;
 }
 
+namespace {
+
+// Every parameter of the model once, from the rank that owns it, in one fixed order whatever the
+// pipeline split: DP column after column, each in the model's parameter order; non-expert
+// parameters (the same on every DP rank) from column 0, experts from their EP owners. The order
+// of the optimizer's norm and of the checkpoint.
+std::vector<std::pair<int, ParamEntry>> model_once(const Executor& ex, Executor::Impl& im) {
+  std::vector<std::pair<int, ParamEntry>> out;
+  for (int d = 0; d < im.plan.dp; ++d)
+    for (auto& [r, e] : model_column(im, d))
+      if (ex.owns(r, e.canonical) && (e.expert >= 0 || d == 0)) out.emplace_back(r, std::move(e));
+  return out;
+}
+
+}  // namespace
+
 std::vector<ParamRef<float>> Executor::Impl::owned(Executor& ex, int rank) {
   std::vector<ParamRef<float>> out;
   for (auto& p : ex.parameters(rank))
@@ -69,15 +85,11 @@ std::vector<ParamRef<float>> Executor::Impl::owned(Executor& ex, int rank) {
 
 double Executor::optimizer_step(const AdamWConfig& cfg) {
   auto& im = *impl_;
-  // One sum in a fixed order, whatever the pipeline split: DP column after column, each in the
-  // model's parameter order; non-expert gradients (identical on every DP rank after the
-  // all-reduce) from column 0 only, experts from their owners.
+  // One sum in model_once's order (non-expert gradients are identical on every DP rank after the
+  // all-reduce).
   double ss = 0;
-  for (int d = 0; d < im.plan.dp; ++d)
-    for (auto& [r, e] : model_column(im, d)) {
-      if (!owns(r, e.canonical) || (e.expert < 0 && d != 0)) continue;
-      for (float g : e.grad->data) ss += static_cast<double>(g) * static_cast<double>(g);
-    }
+  for (auto& [r, e] : model_once(*this, im))
+    for (float g : e.grad->data) ss += static_cast<double>(g) * static_cast<double>(g);
   const double norm = std::sqrt(ss);
   const float clip = (cfg.clip_norm > 0 && norm > cfg.clip_norm) ? static_cast<float>(cfg.clip_norm / norm) : 1.0f;
   AdamWConfig no_clip = cfg;
@@ -97,16 +109,14 @@ std::int64_t Executor::optimizer_steps() const { return impl_->adam.at(0).step; 
 void Executor::save(const std::string& path) const {
   auto& im = *impl_;
   std::vector<std::pair<std::string, const Tf*>> tensors;
-  for (int d = 0; d < im.plan.dp; ++d)
-    for (auto& [r, p] : model_column(im, d)) {
-      if (!owns(r, p.canonical) || (p.expert < 0 && d != 0)) continue;  // each tensor from its owner, once
-      tensors.emplace_back("param/" + p.canonical, p.value);
-      auto& st = im.adam[static_cast<std::size_t>(r)];
-      if (auto it = st.exp_avg.find(p.canonical); it != st.exp_avg.end())
-        tensors.emplace_back("exp_avg/" + p.canonical, &it->second);
-      if (auto it = st.exp_avg_sq.find(p.canonical); it != st.exp_avg_sq.end())
-        tensors.emplace_back("exp_avg_sq/" + p.canonical, &it->second);
-    }
+  for (auto& [r, p] : model_once(*this, im)) {  // each tensor from its owner, once
+    tensors.emplace_back("param/" + p.canonical, p.value);
+    auto& st = im.adam[static_cast<std::size_t>(r)];
+    if (auto it = st.exp_avg.find(p.canonical); it != st.exp_avg.end())
+      tensors.emplace_back("exp_avg/" + p.canonical, &it->second);
+    if (auto it = st.exp_avg_sq.find(p.canonical); it != st.exp_avg_sq.end())
+      tensors.emplace_back("exp_avg_sq/" + p.canonical, &it->second);
+  }
   write_safetensors(path, tensors,
                     {{"format", "hybrid-twin-executor-checkpoint"},
                      {"version", "1"},
@@ -127,8 +137,8 @@ void Executor::load(const std::string& path) {
   }
   // Validate everything before changing anything.
   std::size_t expected = 0;
-  for (auto& column_entry : model_column(im, 0)) {  // every parameter of the model, once
-    const ParamEntry& p = column_entry.second;
+  for (auto& owned_entry : model_once(*this, im)) {
+    const ParamEntry& p = owned_entry.second;
     auto it = f.tensors.find("param/" + p.canonical);
     if (it == f.tensors.end()) bad("missing parameter " + p.canonical);
     if (it->second.shape != p.value->shape) bad("parameter " + p.canonical + " has the wrong shape");
@@ -149,6 +159,7 @@ void Executor::load(const std::string& path) {
     st = AdamWState<float>{};
     st.step = step;
     for (auto& p : parameters(r)) {
+      if (!owns(r, p.canonical)) continue;  // another EP rank's expert: not held here
       *p.value = f.tensors.at("param/" + p.canonical);
       if (auto m = f.tensors.find("exp_avg/" + p.canonical); m != f.tensors.end()) st.exp_avg[p.canonical] = m->second;
       if (auto m = f.tensors.find("exp_avg_sq/" + p.canonical); m != f.tensors.end())

@@ -40,7 +40,7 @@ RankModel Executor::Impl::build_rank(std::uint64_t seed, const RankLayout& lo) c
       continue;
     }
     for (std::size_t i = 0; i < item.symbols.size(); ++i, ++phys)
-      add_block(layer, item.symbols[i], static_cast<int>(phys), keys.at(phys).key_prefix,
+      add_block(layer, item.symbols[i], static_cast<int>(phys), lo.ep_rank, keys.at(phys).key_prefix,
                 "layers." + std::to_string(phys) + ".", seed);
     check_terminal(layer, "logical layer '" + item.symbols + "'");
     m.layers.push_back(std::move(layer));
@@ -66,7 +66,7 @@ RankModel Executor::Impl::build_rank(std::uint64_t seed, const RankLayout& lo) c
       md.layer.loss_scale = 1.0f / static_cast<float>(pattern.mtp_depths);
       const auto inner = patterns::mtp_inner_prefixes(pattern, d);
       for (std::size_t j = 0; j < pattern.mtp_items.size(); ++j)
-        add_block(md.layer, pattern.mtp_items[j].symbols.at(0), -1, inner[j], inner[j], seed);
+        add_block(md.layer, pattern.mtp_items[j].symbols.at(0), -1, lo.ep_rank, inner[j], inner[j], seed);
       // The plan runs a depth as one layer plan (reference 3.4), split like a group.
       check_terminal(md.layer, "the MTP depth pattern '" + pattern.mtp + "' (one layer plan per depth)");
       m.mtp.push_back(std::move(md));
@@ -75,7 +75,7 @@ RankModel Executor::Impl::build_rank(std::uint64_t seed, const RankLayout& lo) c
   return m;
 }
 
-void Executor::Impl::add_block(LogicalLayer& layer, char sym, int physical, const std::string& key_prefix,
+void Executor::Impl::add_block(LogicalLayer& layer, char sym, int physical, int ep_rank, const std::string& key_prefix,
                                const std::string& canonical_prefix, std::uint64_t seed) const {
   Block b;
   b.symbol = sym;
@@ -88,7 +88,10 @@ void Executor::Impl::add_block(LogicalLayer& layer, char sym, int physical, cons
   try {
     if (sym == 'E') {
       b.moe = std::make_unique<MoeLayer>();
-      moe_init(b.moe->p, cfg, rng);
+      moe_init(b.moe->p, cfg, rng);  // every expert drawn, so the stream stays HybridModel's
+      // The rank keeps the experts it owns (EP); the others' tensors stay empty.
+      for (int e = 0; e < cfg.num_experts; ++e)
+        if (e / local_experts != ep_rank) b.moe->p.experts[static_cast<std::size_t>(e)] = {};
       b.moe->g = detail::zeros_like(b.moe->p);
     } else {
       b.member = detail::make_member(sym, cfg, rng);

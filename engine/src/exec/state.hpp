@@ -166,16 +166,22 @@ struct ChunkState {
   double loss = 0;
   // By global logical layer, for the chunk's layers: each lives from the first node of its
   // (microbatch, chunk, layer) to the last (the W node under delayed wgrad), as the schedule's
-  // memory walk counts it (schedule/memory.hpp); `released` marks those gone, whose router losses
-  // (aux + z) `router_loss` keeps for the step's loss.
+  // memory walk counts it (schedule/memory.hpp); `router_loss` keeps its router losses (aux + z)
+  // for the step's loss.
   std::vector<LayerState> layers;
-  std::vector<char> released;
   std::vector<double> router_loss;
   // MTP (last chunk of the last stage only): the first depth's pre_dispatch applies the final
   // norm and parks h_final for the main head and its own hnorm; d_h_final merges both gradients.
   std::vector<MtpState> mtp;
   std::vector<float> mtp_weight;  // CE weight per valid token, per depth
   Tf h_pre_final, d_h_final;
+  // After the chunk's last node: its tensors go; the losses (loss, router_loss, the MTP depths')
+  // stay for the step's sum.
+  void release_tensors() {
+    for (Tf* t : {&h, &dh, &h_final, &logits, &lm_weights, &h_pre_final, &d_h_final}) *t = Tf{};
+    fnc = {};
+    ce = {};
+  }
 };
 
 // What one rank holds: its pipeline stage's layers, the embedding on the first stage, the final
@@ -232,7 +238,8 @@ struct Executor::Impl {
 
   // rank_model.cpp
   RankModel build_rank(std::uint64_t seed, const RankLayout& lo) const;
-  void add_block(LogicalLayer& layer, char sym, int physical, const std::string& key_prefix,
+  // An 'E' block keeps only the experts of EP rank `ep_rank` (the others' tensors are empty).
+  void add_block(LogicalLayer& layer, char sym, int physical, int ep_rank, const std::string& key_prefix,
                  const std::string& canonical_prefix, std::uint64_t seed) const;
   static void check_terminal(const LogicalLayer& layer, const std::string& what);
   LayerState new_layer_state(LogicalLayer& layer) const;

@@ -126,7 +126,13 @@ int run_executor(TrainArgs a) {
   }
   const bool lead = !group || group->process() == 0;
   if (!lead) a.quiet = true;
-  he::check_training_memory(parsed, a.cfg, a.batch, a.seq, a.parallel.global_ranks());
+  // The CPU executor's ranks are this process's threads, each holding its stage and experts; the
+  // device executor's each keep a whole host model beside their device copies.
+  if (a.backend == "cpu")
+    he::check_training_memory(he::estimate_training_memory(parsed, dims, a.parallel, plan, true), parsed, a.batch,
+                              a.seq);
+  else
+    he::check_training_memory(parsed, a.cfg, a.batch, a.seq, a.parallel.global_ranks());
   if (!a.trace.empty()) io::check_output_file(process_trace_path(a.trace, group.get()), "trace");
   std::unique_ptr<he::exec::Executor> cpu;
   std::unique_ptr<he::cuda::DeviceExecutor> dev;

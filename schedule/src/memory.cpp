@@ -200,7 +200,8 @@ struct StageContents {
   std::vector<double> largest_unit;  // a rank's parameters of its largest layer, embedding or output
 };
 
-StageContents stage_contents(const patterns::ParsedPattern& pattern, const ModelDims& d, const ParallelConfig& cfg) {
+StageContents stage_contents(const patterns::ParsedPattern& pattern, const ModelDims& d, const ParallelConfig& cfg,
+                             const MemoryModel& model) {
   StageContents sc;
   auto& layer_bytes = sc.layer_bytes;
   auto& dense = sc.dense;
@@ -214,7 +215,7 @@ StageContents stage_contents(const patterns::ParsedPattern& pattern, const Model
     double working = 0;
     ParallelConfig layer_cfg = cfg;  // the block method recomputes some layers of a chunk only
     layer_cfg.recompute.full = full;
-    const double kept = layer_activation_bytes(symbols, mtp, d, layer_cfg, &working);
+    const double kept = model.layer(symbols, mtp, layer_cfg, &working);
     // Inside a uniform unit only its first layer's input is kept.
     layer_bytes[{pp, vp, index, mtp}] = {keeps_input ? kept : 0.0, working};
     if (!weights) return;
@@ -253,35 +254,47 @@ StageContents stage_contents(const patterns::ParsedPattern& pattern, const Model
 }
 
 // Weights, gradients and optimizer state of pipeline rank pp (megatron-parallel.md 8.1).
-void state_bytes(const StageContents& sc, const ParallelConfig& cfg, Precision precision, std::size_t pp,
+void state_bytes(const StageContents& sc, const ParallelConfig& cfg, const MemoryModel& model, std::size_t pp,
                  double& weights, double& gradients, double& optimizer) {
   const bool megatron = cfg.optimizer.sync == GradSync::Megatron;
   const bool sharded = megatron && (cfg.optimizer.distributed || cfg.optimizer.fsdp);
   const double dense_d = sharded ? double(cfg.dp) * cfg.cp : 1.0;
   const double expert_d = sharded ? double(cfg.edp()) : 1.0;
-  const double weight_bytes = precision == Precision::Bf16 ? 2 : 3;
-  optimizer = 12 * (sc.dense[pp] / dense_d + sc.expert[pp] / expert_d);
+  const double weight_bytes = model.weight_bytes, gradient_bytes = model.gradient_bytes;
+  optimizer = model.optimizer_bytes * (sc.dense[pp] / dense_d + sc.expert[pp] / expert_d);
   if (megatron && cfg.optimizer.fsdp) {
     // Megatron-FSDP: the rank's shard of the weights and gradients, plus the units in flight: the
     // one computing and the next one prefetched (weights) and the one being reduced (gradients).
     const double shard = sc.dense[pp] / dense_d + sc.expert[pp] / expert_d;
     weights = weight_bytes * (shard + 2 * sc.largest_unit[pp]);
-    gradients = 4 * (shard + sc.largest_unit[pp]);
+    gradients = gradient_bytes * (shard + sc.largest_unit[pp]);
     return;
   }
   weights = weight_bytes * (sc.dense[pp] + sc.expert[pp]);
-  gradients = 4 * (sc.dense[pp] + sc.expert[pp]);
+  gradients = gradient_bytes * (sc.dense[pp] + sc.expert[pp]);
 }
 
 }  // namespace
 
+MemoryModel megatron_memory(const ModelDims& d, Precision precision) {
+  MemoryModel m;
+  m.weight_bytes = precision == Precision::Bf16 ? 2 : 3;
+  m.layer = [d](const std::string& symbols, bool mtp, const ParallelConfig& cfg, double* working) {
+    return layer_activation_bytes(symbols, mtp, d, cfg, working);
+  };
+  m.output = [d](const ParallelConfig& cfg) { return output_bytes(d, cfg); };
+  m.embedding = [d](const ParallelConfig& cfg) { return embedding_bytes(d, cfg); };
+  return m;
+}
+
 double state_memory(const patterns::ParsedPattern& pattern, const ModelDims& d, const ParallelConfig& cfg,
                     Precision precision) {
-  const StageContents sc = stage_contents(pattern, d, cfg);
+  const MemoryModel model = megatron_memory(d, precision);
+  const StageContents sc = stage_contents(pattern, d, cfg, model);
   double most = 0;
   for (std::size_t pp = 0; pp < sc.dense.size(); ++pp) {
     double w = 0, g = 0, o = 0;
-    state_bytes(sc, cfg, precision, pp, w, g, o);
+    state_bytes(sc, cfg, model, pp, w, g, o);
     most = std::max(most, w + g + o);
   }
   return most;
@@ -289,12 +302,21 @@ double state_memory(const patterns::ParsedPattern& pattern, const ModelDims& d, 
 
 MemoryBreakdown peak_memory(const patterns::ParsedPattern& pattern, const ModelDims& d, const ParallelConfig& cfg,
                             const Plan& plan, Precision precision) {
-  const StageContents sc = stage_contents(pattern, d, cfg);
-  const auto& layer_bytes = sc.layer_bytes;
-
   MemoryBreakdown best;
   best.activations = -1;
-  const double out_bytes = output_bytes(d, cfg) * (1 + pattern.mtp_depths), emb_bytes = embedding_bytes(d, cfg);
+  for (const MemoryBreakdown& m : rank_memory(pattern, d, cfg, plan, megatron_memory(d, precision)))
+    if (m.total() > best.total() || best.activations < 0) best = m;
+  if (best.activations < 0) best.activations = 0;
+  return best;
+}
+
+std::vector<MemoryBreakdown> rank_memory(const patterns::ParsedPattern& pattern, const ModelDims& d,
+                                         const ParallelConfig& cfg, const Plan& plan, const MemoryModel& model) {
+  const StageContents sc = stage_contents(pattern, d, cfg, model);
+  const auto& layer_bytes = sc.layer_bytes;
+
+  std::vector<MemoryBreakdown> out;
+  const double out_bytes = model.output(cfg) * (1 + pattern.mtp_depths), emb_bytes = model.embedding(cfg);
   for (const RankPlan& rp : plan.ranks) {
     // Last backward node of every (microbatch, chunk, layer) on this rank.
     std::map<std::tuple<int, int, int, bool>, int> last_backward;
@@ -354,20 +376,15 @@ MemoryBreakdown peak_memory(const patterns::ParsedPattern& pattern, const ModelD
       }
     }
     const auto pp = static_cast<std::size_t>(rp.pp_rank);
-    double weights = 0, gradients = 0, optimizer = 0;
-    state_bytes(sc, cfg, precision, pp, weights, gradients, optimizer);
-    if (weights + gradients + optimizer + peak > best.total() || best.activations < 0) {
-      best.rank = plan.original_rank(rp.rank);
-      best.weights = weights;
-      best.gradients = gradients;
-      best.optimizer = optimizer;
-      best.activations = peak;
-      best.microbatches_in_flight = peak_mbs;
-      best.parameters = sc.dense[pp] + sc.expert[pp];
-    }
+    MemoryBreakdown m;
+    state_bytes(sc, cfg, model, pp, m.weights, m.gradients, m.optimizer);
+    m.rank = plan.original_rank(rp.rank);
+    m.activations = peak;
+    m.microbatches_in_flight = peak_mbs;
+    m.parameters = sc.dense[pp] + sc.expert[pp];
+    out.push_back(m);
   }
-  if (best.activations < 0) best.activations = 0;
-  return best;
+  return out;
 }
 
 // --- Runtime overhead ----------------------------------------------------------------------

@@ -15,6 +15,7 @@
 #include <stdexcept>
 
 #include "ht/engine/exec/executor.hpp"
+#include "ht/engine/memory_estimate.hpp"
 #include "ht/engine/model.hpp"
 #include "ht/engine/optimizer.hpp"
 #include "ht/engine/rng.hpp"
@@ -781,4 +782,46 @@ TEST_CASE("measured spans carry what the twin calibrates from: CPU time, expert 
     CAPTURE(key, from, to);
     CHECK(sent.at({"combine", key, to, from}) == bytes);
   }
+}
+
+// One memory model for train and simulate (engine/memory_estimate.hpp): the schedule's walk over
+// the executor's own plan. Oracles: the tensors the executor and HybridModel actually hold (every
+// parameter, counted by element), and the walk's microbatches in flight (a sequential schedule holds
+// one microbatch's activations whatever their number; combined 1F1B one more).
+TEST_CASE("the engine's memory estimate counts what the executor holds, by the plan's walk", "[exec][memory]") {
+  const auto cfg = tiny();
+  const int b = 2, t = 8;
+  const auto held = [](Executor& ex) {
+    double n = 0;
+    for (int r = 0; r < ex.ranks(); ++r)
+      for (auto& p : ex.parameters(r)) n += static_cast<double>(p.value->size());
+    return n;
+  };
+  const auto estimate = [&](const patterns::ParsedPattern& p, Layout l) {
+    schedule::ParallelConfig pc;
+    pc.pp = l.pp, pc.vpp = l.vpp, pc.ep = l.ep, pc.dp = l.ep, pc.microbatches = l.mbs;
+    const auto dims = engine::exec::schedule_dims(cfg, b, t);
+    return engine::estimate_training_memory(p, dims, pc, pipeline_plan(p, cfg, l, b, t), true);
+  };
+  for (const char* text : {"[M*E][*E]", "[*E]|-|E|", "M[*-]E[GE]"}) {
+    CAPTURE(text);
+    const auto p = patterns::parse(text);
+    const bool piped = std::string(text).find('|') != std::string::npos;
+    const Layout l{piped ? 2 : 1, piped ? 2 : 0, 2, 4, false, false};  // '[*E]|-|E|': PP 2 x VPP 2
+    Executor ex(p, cfg, 3, pipeline_plan(p, cfg, l, b, t));
+    const auto e = estimate(p, l);
+    // Every rank's stage, non-expert weights on both EP ranks, each expert on its owner only.
+    CHECK(e.parameters == held(ex));
+    CHECK(e.bytes == 16 * e.parameters + e.activations);
+    Layout more = l;
+    more.mbs = 8;
+    CHECK(estimate(p, more).activations == e.activations);  // one microbatch in flight either way
+  }
+  const auto p = patterns::parse("[M*E][*E]");
+  const auto seq = estimate(p, {1, 0, 2, 4, false, false}), ovl = estimate(p, {1, 0, 2, 4, true, false});
+  CHECK(ovl.activations > seq.activations);  // combined 1F1B: the next microbatch's forward too
+  CHECK(ovl.activations < 2 * seq.activations + 1e-9);
+  // The one-rank trainer: HybridModel's own parameters.
+  engine::HybridModel<float> model(p, cfg, 3);
+  CHECK(engine::estimate_training_memory(p, cfg, b, t).parameters == static_cast<double>(model.num_parameters()));
 }

@@ -1,22 +1,40 @@
-// What a training run will need in memory, estimated from the pattern and the sizes before any
-// tensor is allocated, so that `--hidden 1000000000` or a checkpoint manifest with such a config is
-// refused with the figures instead of ending in std::bad_alloc (or the OOM killer) minutes later.
-// Parameter counts are the schedule's closed forms (schedule/costs.hpp, the twin's too); the
-// activation term is an upper bound of what the CPU layers cache per token.
+// What a training run will need in memory, before any tensor is allocated, so that
+// `--hidden 1000000000` or a checkpoint manifest with such a config is refused with the figures
+// instead of ending in std::bad_alloc (or the OOM killer) minutes later. One memory model serves
+// `train` and `simulate`: the schedule's walk over the plan the run executes (schedule/memory.hpp:
+// the layers each rank holds, each layer's activations from its first forward node to its last
+// node, the microbatches in flight), with the engine's own MemoryModel: float32 weights, gradients
+// and two AdamW moments (16 bytes a parameter, no master copy, no sharded optimizer), and per layer
+// and microbatch what the CPU layers cache (an upper bound: attention keeps its probabilities, GDN
+// its per-token states) plus, in the executor, the staged gradients of the layer's parameters.
 #pragma once
 
 #include <cstdint>
 
 #include "ht/engine/config.hpp"
 #include "ht/patterns/pattern.hpp"
+#include "ht/schedule/memory.hpp"
 
 namespace ht::engine {
 
+// The engine's MemoryModel over the dims the engine maps its config to (exec::schedule_dims).
+// `staged_gradients`: the executor's per-(layer, microbatch) gradient staging (HybridModel has none).
+schedule::MemoryModel engine_memory_model(const schedule::ModelDims& dims, bool staged_gradients);
+
 struct MemoryEstimate {
-  double parameters = 0;  // elements of one model replica
-  double bytes = 0;       // weights, gradients and two AdamW moments, plus activations, x replicas
+  double parameters = 0;   // elements held, summed over the ranks
+  double bytes = 0;        // every rank at its own peak, summed, x replicas
+  double activations = 0;  // the activation part of `bytes`
 };
 
+// A run of `plan` (the executor's: its ranks are threads of this process), summed over its ranks,
+// times `replicas` (copies of the whole run in one process: the device backends' replicas).
+MemoryEstimate estimate_training_memory(const patterns::ParsedPattern& pattern, const schedule::ModelDims& dims,
+                                        const schedule::ParallelConfig& config, const schedule::Plan& plan,
+                                        bool staged_gradients, int replicas = 1);
+
+// The one-rank trainer (HybridModel: one batch of batch x seq, forward then backward): the same
+// walk over its one-rank sequential plan, times `replicas`.
 MemoryEstimate estimate_training_memory(const patterns::ParsedPattern& pattern, const ModelConfig& cfg, int batch,
                                         int seq, int replicas = 1);
 
@@ -25,6 +43,9 @@ inline constexpr std::int64_t kMaxBatchTokens = std::int64_t{1} << 24;
 
 // Throws EngineError(BadConfig) naming the estimate and the limit (io::available_memory_bytes)
 // when the run cannot fit, or when batch x seq passes kMaxBatchTokens.
+void check_training_memory(const MemoryEstimate& estimate, const patterns::ParsedPattern& pattern, int batch, int seq,
+                           int replicas = 1);
+// The one-rank trainer's check (the estimate above, then check_training_memory).
 void check_training_memory(const patterns::ParsedPattern& pattern, const ModelConfig& cfg, int batch, int seq,
                            int replicas = 1);
 

@@ -13,6 +13,10 @@
 // workspaces are not counted.
 #pragma once
 
+#include <functional>
+#include <string>
+#include <vector>
+
 #include "ht/patterns/pattern.hpp"
 #include "ht/schedule/config.hpp"
 #include "ht/schedule/plan.hpp"
@@ -57,10 +61,28 @@ int saturated_microbatches(const ParallelConfig& config, bool overlap);
 double state_memory(const patterns::ParsedPattern& pattern, const ModelDims& dims, const ParallelConfig& config,
                     Precision precision = Precision::Bf16);
 
-// Under an FP8 `precision` Transformer Engine keeps an FP8 copy of every linear layer's weights
-// beside the bf16 ones (physics.md 6): one byte more per parameter.
+// What an implementation holds, for the walk below: bytes per parameter of its weights, gradients
+// and optimizer state (the optimizer's sharded by the distributed optimizer), and what it keeps per
+// microbatch for a layer's backward (`layer`: kept between forward and backward, `working` while
+// the backward runs), for the loss of one prediction head and for the embedding. Megatron's
+// (megatron_memory) is the twin's; the engine passes its CPU layers' (engine/memory_estimate.hpp).
+struct MemoryModel {
+  double weight_bytes = 2, gradient_bytes = 4, optimizer_bytes = 12;
+  std::function<double(const std::string& symbols, bool mtp, const ParallelConfig& config, double* working)> layer;
+  std::function<double(const ParallelConfig&config)> output, embedding;
+};
+// Megatron's: bf16 weights (under FP8 Transformer Engine keeps an FP8 copy beside them, physics.md
+// 6: one byte more), fp32 main gradients, fp32 master weights and two Adam moments; activations
+// as layer_activation_bytes, the loss's fp32 softmax, the token ids.
+MemoryModel megatron_memory(const ModelDims& dims, Precision precision = Precision::Bf16);
+
 MemoryBreakdown peak_memory(const patterns::ParsedPattern& pattern, const ModelDims& dims,
                             const ParallelConfig& config, const Plan& plan, Precision precision = Precision::Bf16);
+
+// Every plan rank's own peak (MemoryBreakdown::rank is the layout's rank), under `model`;
+// peak_memory is the largest of these under megatron_memory.
+std::vector<MemoryBreakdown> rank_memory(const patterns::ParsedPattern& pattern, const ModelDims& dims,
+                                         const ParallelConfig& config, const Plan& plan, const MemoryModel& model);
 
 // What a Megatron training process holds on each GPU beside its tensors (docs/twin.md "Memory a
 // planner can trust"), every figure from a public measurement or the library's own sizing code:

@@ -51,7 +51,7 @@ std::string engineering(double v) {
 void print_summary(const hs::Plan& plan, int show) {
   std::cout << "plan      " << plan.schedule << "  pattern '" << plan.pattern << "'\n"
             << "layout    tp " << plan.tp << " x cp " << plan.cp << " x dp " << plan.dp << " x pp " << plan.pp
-            << " (vpp " << plan.vpp << "), ep " << plan.ep << " x etp " << plan.etp << ", " << plan.microbatches
+            << " (vpp " << plan.chunks << "), ep " << plan.ep << " x etp " << plan.etp << ", " << plan.microbatches
             << " microbatches, overlap "
             << (plan.overlap ? "on" : "off") << ", delayed wgrad " << (plan.delay_wgrad ? "on" : "off")
             << "\n"

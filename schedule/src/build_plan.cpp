@@ -1071,7 +1071,7 @@ Plan build_plan(const patterns::ParsedPattern& pattern, const ModelDims& dims,
   plan.schedule = std::string(schedule_name(config, options));
   plan.pattern = pattern.text;
   plan.pp = config.pp;
-  plan.vpp = chunks_per_rank;
+  plan.chunks = chunks_per_rank;
   plan.ep = config.ep;
   plan.dp = config.dp;
   plan.tp = config.tp;

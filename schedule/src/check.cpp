@@ -37,9 +37,9 @@ std::string node_name(const Plan& plan, int id) {
 }  // namespace
 
 void check_plan_structure(const Plan& plan) {
-  if (plan.pp < 1 || plan.vpp < 1 || plan.ep < 1 || plan.dp < 1 || plan.microbatches < 1)
+  if (plan.pp < 1 || plan.chunks < 1 || plan.ep < 1 || plan.dp < 1 || plan.microbatches < 1)
     bad("plan sizes must be >= 1 (pp " + std::to_string(plan.pp) + ", vpp " +
-        std::to_string(plan.vpp) + ", ep " + std::to_string(plan.ep) + ", dp " +
+        std::to_string(plan.chunks) + ", ep " + std::to_string(plan.ep) + ", dp " +
         std::to_string(plan.dp) + ", microbatches " + std::to_string(plan.microbatches) + ")");
   const int n_nodes = static_cast<int>(plan.nodes.size());
   const int n_ranks = static_cast<int>(plan.ranks.size());
@@ -62,8 +62,8 @@ void check_plan_structure(const Plan& plan) {
     if (n.rank < 0 || n.rank >= n_ranks) bad(where + " names rank " + std::to_string(n.rank) + " of " + std::to_string(n_ranks));
     if (n.microbatch < -1 || n.microbatch >= plan.microbatches)
       bad(where + " has microbatch " + std::to_string(n.microbatch));
-    if (n.vp_stage < 0 || n.vp_stage >= plan.vpp)
-      bad(where + " has vp_stage " + std::to_string(n.vp_stage) + " (vpp " + std::to_string(plan.vpp) + ")");
+    if (n.vp_stage < 0 || n.vp_stage >= plan.chunks)
+      bad(where + " has vp_stage " + std::to_string(n.vp_stage) + " (vpp " + std::to_string(plan.chunks) + ")");
     if (!stream_allowed(n))
       bad(where + " runs slot " + std::string(to_string(n.slot)) + " (" + std::string(to_string(n.part)) +
           ") on the " + std::string(to_string(n.stream)) + " stream");

@@ -104,7 +104,7 @@ std::string plan_to_json(const Plan& plan) {
   j["schedule"] = plan.schedule;
   j["pattern"] = plan.pattern;
   j["pp"] = plan.pp;
-  j["vpp"] = plan.vpp;
+  j["vpp"] = plan.chunks;
   j["ep"] = plan.ep;
   j["dp"] = plan.dp;
   j["microbatches"] = plan.microbatches;
@@ -194,7 +194,7 @@ Plan plan_from_json(std::string_view text) {
     bad("plan.schedule has the unknown value \"" + plan.schedule + "\"");
   plan.pattern = top.string("pattern");
   plan.pp = top.integer("pp");
-  plan.vpp = top.integer("vpp");
+  plan.chunks = top.integer("vpp");
   plan.ep = top.integer("ep");
   plan.dp = top.integer("dp");
   plan.microbatches = top.integer("microbatches");

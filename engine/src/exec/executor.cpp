@@ -60,7 +60,7 @@ Executor::Executor(const patterns::ParsedPattern& pattern, const ModelConfig& cf
     fail("MTP depths ('/" + pattern.mtp + "') with pp " + std::to_string(plan.pp) +
          " are not run by the executor yet (the last stage would need a copy of the embedding); use pp 1");
   if (auto msg = plan_mismatch(pattern, plan, cfg.num_experts); !msg.empty()) fail(msg);
-  if (plan.pp < 1 || plan.vpp < 1 || plan.global_ranks() != plan.pp * plan.dp)
+  if (plan.pp < 1 || plan.chunks < 1 || plan.global_ranks() != plan.pp * plan.dp)
     fail("plan has " + std::to_string(plan.global_ranks()) + " ranks for pp " + std::to_string(plan.pp) + " x dp " +
          std::to_string(plan.dp));
   const bool has_moe = pattern.has_moe();
@@ -531,7 +531,7 @@ runtime::Work node_work(Executor::Impl& im, const schedule::Node& node, RankMode
       const schedule::Node& peer = im.pipe_partner(node);
       const bool fwd = node.phase == Phase::Forward;
       const int recv_vp = node.slot == Slot::PipeSend ? peer.vp_stage : node.vp_stage;
-      const int tag = (node.microbatch * im.plan.vpp + recv_vp) * 2 + (fwd ? 0 : 1);
+      const int tag = (node.microbatch * im.plan.chunks + recv_vp) * 2 + (fwd ? 0 : 1);
       if (node.slot == Slot::PipeSend)
         work = [&pipe, &cs, fwd, to = peer.rank, tag] {
           const Tf& t = fwd ? cs.h : cs.dh;
@@ -582,7 +582,7 @@ void Executor::zero_grad() {
 
 StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
   auto& im = *impl_;
-  const int mbs = im.plan.microbatches, dp = im.plan.dp, pp = im.plan.pp, vpp = im.plan.vpp;
+  const int mbs = im.plan.microbatches, dp = im.plan.dp, pp = im.plan.pp, vpp = im.plan.chunks;
   const int n_layers = static_cast<int>(im.stages.layer_stage.size());
   const double tokens = check_step_batches(batches, dp, mbs, im.cfg.vocab_size, "executor");
   const float weight = static_cast<float>(1.0 / tokens);

@@ -26,9 +26,9 @@ StageLayout read_layout(const schedule::Plan& plan, int layers, int mtp_depths) 
   out.layer_vp.assign(static_cast<std::size_t>(layers), -1);
   for (const auto& node : plan.nodes) {
     if (node.rank < 0 || node.rank >= n) fail("node " + node.label() + " runs on rank " + std::to_string(node.rank));
-    if (node.vp_stage < 0 || node.vp_stage >= plan.vpp)
+    if (node.vp_stage < 0 || node.vp_stage >= plan.chunks)
       fail("node " + node.label() + " names model chunk " + std::to_string(node.vp_stage) + " of " +
-           std::to_string(plan.vpp));
+           std::to_string(plan.chunks));
     auto& lo = out.ranks[static_cast<std::size_t>(node.rank)];
     if (node.slot == Slot::PreProcess) lo.first = true;
     if (node.slot == Slot::PostProcess) lo.last = true;
@@ -38,7 +38,7 @@ StageLayout read_layout(const schedule::Plan& plan, int layers, int mtp_depths) 
       if (node.layer >= mtp_depths)
         fail("node " + node.label() + " names MTP depth " + std::to_string(node.layer) + " of " +
              std::to_string(mtp_depths));
-      if (lo.pp_rank != plan.pp - 1 || node.vp_stage != plan.vpp - 1)
+      if (lo.pp_rank != plan.pp - 1 || node.vp_stage != plan.chunks - 1)
         fail("MTP node " + node.label() + " does not run in the model's last chunk");
       continue;
     }

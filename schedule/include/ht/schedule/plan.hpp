@@ -150,7 +150,10 @@ struct Plan {
   int version = kPlanFormatVersion;
   std::string schedule;        // "sequential" | "combined_1f1b" | "interleaved_1f1b"
   std::string pattern;         // full pattern text
-  int pp = 1, vpp = 1, ep = 1, dp = 1, microbatches = 1;
+  int pp = 1, ep = 1, dp = 1, microbatches = 1;
+  // Model chunks per pipeline rank: the layout's ParallelConfig::model_chunks() (its vpp, or 1
+  // without interleaving); plan files call it "vpp".
+  int chunks = 1;
   int tp = 1, cp = 1, etp = 1;
   std::vector<Work> works;     // kernel lists of compute nodes (Node::work), shared by many nodes
   bool overlap = false;

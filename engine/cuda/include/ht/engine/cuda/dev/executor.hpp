@@ -80,9 +80,9 @@ class DevExecutor {
     if (auto msg = schedule::beyond_engines(plan_); !msg.empty()) fail(msg);
     if (pattern.mtp_depths > 0)
       fail("MTP depths ('/" + pattern.mtp + "') do not run on the device executor yet (the device model runs them)");
-    if (plan_.pp != 1 || plan_.vpp != 1)
+    if (plan_.pp != 1 || plan_.chunks != 1)
       fail("runs pp 1, vpp 1 only (got pp " + std::to_string(plan_.pp) + ", vpp " +
-           std::to_string(plan_.vpp) + ")");
+           std::to_string(plan_.chunks) + ")");
     if (auto msg = exec::plan_mismatch(pattern, plan_, cfg.num_experts); !msg.empty()) fail(msg);
     const int n = plan_.global_ranks();
     if (n != plan_.dp || n < 1 || n > kMaxRanks)

@@ -554,6 +554,51 @@ runtime::Work node_work(Executor::Impl& im, const schedule::Node& node, RankMode
   return work;
 }
 
+// Which of a rank's nodes builds and which releases each (microbatch, chunk, layer) state, and
+// which releases a chunk's own tensors (hidden state, logits, loss caches): the first and the last
+// of their nodes in the rank's issue order, counted by position (an issue order may hold a node
+// twice: the test faults). Both happen on the stream, after the chain's previous node, so no other
+// thread touches the state: the lifetimes the schedule's memory walk gives (schedule/memory.hpp).
+class StateLifetimes {
+ public:
+  StateLifetimes(const schedule::Plan& plan, const std::vector<int>& order) {
+    for (const int id : order) {
+      const schedule::Node& n = plan.node(id);
+      if (n.microbatch < 0) continue;
+      ++chunk_left_[{n.microbatch, n.vp_stage}];
+      if (n.layer >= 0 && !n.mtp) ++left_[{n.microbatch, n.vp_stage, n.layer}];
+    }
+  }
+  // `node`'s work (called in issue order) with what begins or ends there around it.
+  runtime::Work wrap(Executor::Impl& im, RankModel& m, ChunkState& chunk, const schedule::Node& node,
+                     runtime::Work inner) {
+    bool first = false, last = false;
+    const auto l = static_cast<std::size_t>(node.layer);
+    if (node.layer >= 0 && !node.mtp && m.layers.at(l).held) {
+      const Key key{node.microbatch, node.vp_stage, node.layer};
+      first = issued_[key]++ == 0;
+      last = --left_[key] == 0;
+    }
+    const bool chunk_done = --chunk_left_[{node.microbatch, node.vp_stage}] == 0;
+    if (!first && !last && !chunk_done) return inner;
+    return [&im, &m, &chunk, inner = std::move(inner), first, last, chunk_done, l] {
+      if (first) chunk.layers[l] = im.new_layer_state(m.layers[l]);
+      inner();
+      if (last) {
+        if (const MoeState* st = chunk.layers[l].moe.get())
+          chunk.router_loss[l] = static_cast<double>(st->routing.aux_loss) + static_cast<double>(st->routing.z_loss);
+        chunk.layers[l] = LayerState{};
+      }
+      if (chunk_done) chunk.release_tensors();
+    };
+  }
+
+ private:
+  using Key = std::tuple<int, int, int>;
+  std::map<Key, int> left_, issued_;
+  std::map<std::pair<int, int>, int> chunk_left_;
+};
+
 // The data-parallel all-reduce of a rank's non-expert gradients, in parameter order.
 runtime::Work grad_all_reduce_work(const schedule::Node& node, RankModel& m, runtime::Communicator& dp_comm) {
   if (node.symbols == "expert") throw EngineError(ErrorCode::BadConfig, "executor: expert all-reduce (dp > ep) not supported");
@@ -657,20 +702,7 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
     runtime::Communicator& dp_comm = *dp_comms[static_cast<std::size_t>(lo.pp_rank)][static_cast<std::size_t>(lo.dp_rank)];
     runtime::Communicator& pipe = *pipe_comms[static_cast<std::size_t>(r)];
     runtime::EventChains chains([&ctx] { return ctx.make_event(); });
-    // Nodes of each (microbatch, chunk, layer) left to issue on this rank (an issue order may hold
-    // a node twice: the test faults). The first to run builds the layer's state, the last releases
-    // it, both on the stream after the chain's previous node, so no thread touches it outside the
-    // chain's order.
-    // The chunk's own tensors (hidden state, logits, loss caches) go after its last node too.
-    using LayerKey = std::tuple<int, int, int>;
-    std::map<LayerKey, int> to_issue, issued;
-    std::map<std::pair<int, int>, int> chunk_to_issue;
-    for (const int id : issue[static_cast<std::size_t>(r)]) {
-      const schedule::Node& n = im.plan.node(id);
-      if (n.microbatch < 0) continue;
-      ++chunk_to_issue[{n.microbatch, n.vp_stage}];
-      if (n.layer >= 0 && !n.mtp) ++to_issue[{n.microbatch, n.vp_stage, n.layer}];
-    }
+    StateLifetimes lifetimes(im.plan, issue[static_cast<std::size_t>(r)]);
     const auto run_node = [&](const schedule::Node& node) {
       runtime::Stream& stream = ctx.stream(node.stream == schedule::Stream::Comm ? runtime::kCommStream : runtime::kComputeStream);
       runtime::WorkLabel label{node.label(), std::string(schedule::to_string(node.slot)), schedule::node_args(node)};
@@ -683,28 +715,14 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
       if (!work) fail("node " + node.label() + " has no action");
       // The GEMM work the node did (cpu::gemm_flops, a counter of the stream's thread): where the
       // weight-gradient GEMMs ran, readable from the timeline.
-      ChunkState* chunk = &chunks[static_cast<std::size_t>(r)][static_cast<std::size_t>(node.microbatch)]
-                                 [static_cast<std::size_t>(node.vp_stage)];
-      bool first = false, last = false;
-      const auto l = static_cast<std::size_t>(node.layer);
-      if (node.layer >= 0 && !node.mtp && m.layers.at(l).held) {
-        const LayerKey key{node.microbatch, node.vp_stage, node.layer};
-        first = issued[key]++ == 0;
-        last = --to_issue[key] == 0;
-      }
-      const bool chunk_done = --chunk_to_issue[{node.microbatch, node.vp_stage}] == 0;
-      work = [&im, &m, inner = std::move(work), chunk, first, last, chunk_done, l] {
-        if (first) chunk->layers[l] = im.new_layer_state(m.layers[l]);
+      work = [inner = std::move(work)] {
         const double before = cpu::gemm_flops();
         inner();
         runtime::annotate_span("gemm_flops", flops_text(cpu::gemm_flops() - before));
-        if (last) {
-          if (const MoeState* st = chunk->layers[l].moe.get())
-            chunk->router_loss[l] = static_cast<double>(st->routing.aux_loss) + static_cast<double>(st->routing.z_loss);
-          chunk->layers[l] = LayerState{};
-        }
-        if (chunk_done) chunk->release_tensors();
       };
+      ChunkState& chunk = chunks[static_cast<std::size_t>(r)][static_cast<std::size_t>(node.microbatch)]
+                                [static_cast<std::size_t>(node.vp_stage)];
+      work = lifetimes.wrap(im, m, chunk, node, std::move(work));
       chains.issue(runtime::ChainKey{node.microbatch, node.vp_stage}, stream, std::move(work), std::move(label));
     };
     // A range of one rank: its collectives go to it as it reaches them; the transport meets them.

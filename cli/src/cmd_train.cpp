@@ -20,6 +20,8 @@
 #include "ht/engine/memory_estimate.hpp"
 #include "ht/engine/model.hpp"
 #include "ht/io/error.hpp"
+#include "ht/io/input_file.hpp"
+#include "ht/io/process_memory.hpp"
 #include "ht/io/interrupt.hpp"
 #include "ht/io/output_file.hpp"
 #include "ht/io/log.hpp"
@@ -62,6 +64,7 @@ struct TrainArgs {
   std::string comm_priority = "realtime";
   std::string trace;
   std::string trace_step = "median";
+  bool estimate_memory = false;  // --estimate-memory: print what the run needs and stop
   // Flags only the executor runs (the device path traces without them).
   bool executor_flags() const {
     return parallel.ep > 1 || parallel.pp > 1 || parallel.vpp > 0 || parallel.microbatches > 1 ||
@@ -71,6 +74,38 @@ struct TrainArgs {
   bool executor_mode() const { return executor_flags() || !trace.empty(); }
   int devices = 1;  // --devices: the device executor's ranks over this many devices of one process
 };
+
+// The memory check every path runs before it allocates (engine/memory_estimate.hpp); with
+// --estimate-memory it prints the estimate instead (JSON with --json) and the command stops: true.
+bool memory_gate(const TrainArgs& a, const patterns::ParsedPattern& parsed, const he::MemoryEstimate& need, int ranks,
+                 int replicas = 1) {
+  if (!a.estimate_memory) {
+    he::check_training_memory(need, parsed, a.batch, a.seq, replicas);
+    return false;
+  }
+  const double gib = double(io::kGiB), available = io::available_memory_bytes();
+  if (a.json_out) {
+    std::cout << nlohmann::json{{"pattern", parsed.text},
+                                {"ranks", ranks},
+                                {"replicas", replicas},
+                                {"parameters", need.parameters},
+                                {"memory_gib", need.bytes / gib},
+                                {"activations_gib", need.activations / gib},
+                                {"available_gib", available / gib},
+                                {"fits", need.bytes <= available}}
+                     .dump()
+              << "\n";
+  } else {
+    std::cout << std::setprecision(3) << "memory       about " << need.bytes / gib << " GiB for '" << parsed.text
+              << "' on " << ranks << (ranks == 1 ? " rank" : " ranks")
+              << (replicas > 1 ? " x " + std::to_string(replicas) + " replicas" : std::string()) << ": "
+              << need.parameters << " parameters (16 bytes each with gradients and AdamW moments) + "
+              << need.activations / gib << " GiB of activations at the plan's peak\n"
+              << "available    " << available / gib << " GiB (" << (need.bytes <= available ? "fits" : "DOES NOT FIT")
+              << ")\n";
+  }
+  return true;
+}
 
 // Executor mode: --batch sequences per microbatch on each EP rank, --microbatches per step, so a
 // step sees ep * microbatches * batch sequences. The plan is the one `hybrid-twin plan` and
@@ -128,11 +163,12 @@ int run_executor(TrainArgs a) {
   if (!lead) a.quiet = true;
   // The CPU executor's ranks are this process's threads, each holding its stage and experts; the
   // device executor's each keep a whole host model beside their device copies.
-  if (a.backend == "cpu")
-    he::check_training_memory(he::estimate_training_memory(parsed, dims, a.parallel, plan, true), parsed, a.batch,
-                              a.seq);
-  else
-    he::check_training_memory(parsed, a.cfg, a.batch, a.seq, a.parallel.global_ranks());
+  const int layout_ranks = a.parallel.global_ranks();
+  if (a.backend == "cpu"
+          ? memory_gate(a, parsed, he::estimate_training_memory(parsed, dims, a.parallel, plan, true), layout_ranks)
+          : memory_gate(a, parsed, he::estimate_training_memory(parsed, a.cfg, a.batch, a.seq, layout_ranks), 1,
+                        layout_ranks))
+    return 0;
   if (!a.trace.empty()) io::check_output_file(process_trace_path(a.trace, group.get()), "trace");
   std::unique_ptr<he::exec::Executor> cpu;
   std::unique_ptr<he::cuda::DeviceExecutor> dev;
@@ -344,7 +380,7 @@ int run_device_data_parallel(const TrainArgs& a) {
   if (a.steps < 0) throw UsageError("--steps must be >= 0");
   const auto parsed = patterns::parse(a.pattern.empty() ? "M*-E" : a.pattern);
   const int ranks = a.parallel.dp;
-  he::check_training_memory(parsed, a.cfg, a.batch, a.seq, ranks);
+  if (memory_gate(a, parsed, he::estimate_training_memory(parsed, a.cfg, a.batch, a.seq, ranks), 1, ranks)) return 0;
   auto dp = a.backend == "cuda" ? he::cuda::make_cuda_data_parallel(parsed, a.cfg, a.seed, ranks)
                                 : he::cuda::make_host_data_parallel(parsed, a.cfg, a.seed, ranks);
   const auto corpus = he::load_corpus(a.data);
@@ -431,7 +467,7 @@ int run(TrainArgs a) {
   const auto parsed = patterns::parse(pattern_text);
   // Everything that can be refused is refused before the first step: the memory the sizes need,
   // and the places the checkpoint and the trace go to.
-  he::check_training_memory(parsed, a.cfg, a.batch, a.seq);
+  if (memory_gate(a, parsed, he::estimate_training_memory(parsed, a.cfg, a.batch, a.seq), 1)) return 0;
   if (!a.checkpoint.empty()) io::check_output_directory(a.checkpoint, "checkpoint directory");
   if (!a.trace.empty()) io::check_output_file(a.trace, "trace");
   he::HybridModel<float> model(parsed, a.cfg, a.seed);
@@ -584,6 +620,9 @@ const Registration reg{{
       sub.add_option("--import-gpt", a->import_gpt, "initialise attention/MLP layers from a GPT safetensors file");
       sub.add_flag("--json", a->json_out, "print one JSON object instead of the summary");
       sub.add_flag("--quiet", a->quiet, "no per-step progress on stderr");
+      sub.add_flag("--estimate-memory", a->estimate_memory,
+                   "print the memory the run needs (the twin's memory walk over the run's plan, with the engine's "
+                   "model) and the memory this process may use, then stop (JSON with --json)");
       sub.add_option("--devices", a->devices,
                      "with --backend cuda|cuda-host and --ep: split the ranks over N devices driven by this process, "
                      "a thread each (cuda: GPUs 0..N-1, NCCL; cuda-host: N threads)")

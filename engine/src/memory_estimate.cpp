@@ -126,11 +126,4 @@ void check_training_memory(const MemoryEstimate& e, const patterns::ParsedPatter
             figure(gib(available)) + " GiB this process may use; reduce the model sizes, --batch or --seq");
 }
 
-void check_training_memory(const patterns::ParsedPattern& pattern, const ModelConfig& cfg, int batch, int seq,
-                           int replicas) {
-  const double tokens = double(batch) * double(seq);
-  if (tokens > double(kMaxBatchTokens)) check_training_memory(MemoryEstimate{}, pattern, batch, seq, replicas);
-  check_training_memory(estimate_training_memory(pattern, cfg, batch, seq, replicas), pattern, batch, seq, replicas);
-}
-
 }  // namespace ht::engine

@@ -45,8 +45,5 @@ inline constexpr std::int64_t kMaxBatchTokens = std::int64_t{1} << 24;
 // when the run cannot fit, or when batch x seq passes kMaxBatchTokens.
 void check_training_memory(const MemoryEstimate& estimate, const patterns::ParsedPattern& pattern, int batch, int seq,
                            int replicas = 1);
-// The one-rank trainer's check (the estimate above, then check_training_memory).
-void check_training_memory(const patterns::ParsedPattern& pattern, const ModelConfig& cfg, int batch, int seq,
-                           int replicas = 1);
 
 }  // namespace ht::engine

@@ -77,8 +77,11 @@ struct TrainArgs {
 
 // The memory check every path runs before it allocates (engine/memory_estimate.hpp); with
 // --estimate-memory it prints the estimate instead (JSON with --json) and the command stops: true.
-bool memory_gate(const TrainArgs& a, const patterns::ParsedPattern& parsed, const he::MemoryEstimate& need, int ranks,
+template <class Estimate>
+bool memory_gate(const TrainArgs& a, const patterns::ParsedPattern& parsed, Estimate&& estimate, int ranks,
                  int replicas = 1) {
+  he::check_batch_tokens(a.batch, a.seq);  // before the sizes go into a model description
+  const he::MemoryEstimate need = estimate();
   if (!a.estimate_memory) {
     he::check_training_memory(need, parsed, a.batch, a.seq, replicas);
     return false;
@@ -164,11 +167,11 @@ int run_executor(TrainArgs a) {
   // The CPU executor's ranks are this process's threads, each holding its stage and experts; the
   // device executor's each keep a whole host model beside their device copies.
   const int layout_ranks = a.parallel.global_ranks();
-  if (a.backend == "cpu"
-          ? memory_gate(a, parsed, he::estimate_training_memory(parsed, dims, a.parallel, plan, true), layout_ranks)
-          : memory_gate(a, parsed, he::estimate_training_memory(parsed, a.cfg, a.batch, a.seq, layout_ranks), 1,
-                        layout_ranks))
-    return 0;
+  const auto need = [&] {
+    return a.backend == "cpu" ? he::estimate_training_memory(parsed, dims, a.parallel, plan, true)
+                              : he::estimate_training_memory(parsed, a.cfg, a.batch, a.seq, layout_ranks);
+  };
+  if (memory_gate(a, parsed, need, layout_ranks, a.backend == "cpu" ? 1 : layout_ranks)) return 0;
   if (!a.trace.empty()) io::check_output_file(process_trace_path(a.trace, group.get()), "trace");
   std::unique_ptr<he::exec::Executor> cpu;
   std::unique_ptr<he::cuda::DeviceExecutor> dev;
@@ -380,7 +383,9 @@ int run_device_data_parallel(const TrainArgs& a) {
   if (a.steps < 0) throw UsageError("--steps must be >= 0");
   const auto parsed = patterns::parse(a.pattern.empty() ? "M*-E" : a.pattern);
   const int ranks = a.parallel.dp;
-  if (memory_gate(a, parsed, he::estimate_training_memory(parsed, a.cfg, a.batch, a.seq, ranks), 1, ranks)) return 0;
+  if (memory_gate(
+          a, parsed, [&] { return he::estimate_training_memory(parsed, a.cfg, a.batch, a.seq, ranks); }, 1, ranks))
+    return 0;
   auto dp = a.backend == "cuda" ? he::cuda::make_cuda_data_parallel(parsed, a.cfg, a.seed, ranks)
                                 : he::cuda::make_host_data_parallel(parsed, a.cfg, a.seed, ranks);
   const auto corpus = he::load_corpus(a.data);
@@ -467,7 +472,9 @@ int run(TrainArgs a) {
   const auto parsed = patterns::parse(pattern_text);
   // Everything that can be refused is refused before the first step: the memory the sizes need,
   // and the places the checkpoint and the trace go to.
-  if (memory_gate(a, parsed, he::estimate_training_memory(parsed, a.cfg, a.batch, a.seq), 1)) return 0;
+  if (memory_gate(
+          a, parsed, [&] { return he::estimate_training_memory(parsed, a.cfg, a.batch, a.seq); }, 1))
+    return 0;
   if (!a.checkpoint.empty()) io::check_output_directory(a.checkpoint, "checkpoint directory");
   if (!a.trace.empty()) io::check_output_file(a.trace, "trace");
   he::HybridModel<float> model(parsed, a.cfg, a.seed);

@@ -108,13 +108,17 @@ MemoryEstimate estimate_training_memory(const patterns::ParsedPattern& pattern, 
   return estimate_training_memory(pattern, dims, one, plan, false, replicas);
 }
 
-void check_training_memory(const MemoryEstimate& e, const patterns::ParsedPattern& pattern, int batch, int seq,
-                           int replicas) {
+void check_batch_tokens(int batch, int seq) {
   const double tokens = double(batch) * double(seq);
   if (tokens > double(kMaxBatchTokens))
     throw EngineError(ErrorCode::BadConfig, "batch " + std::to_string(batch) + " x seq " + std::to_string(seq) + " = " +
                                                 figure(tokens) + " tokens per step, more than the limit of " +
                                                 std::to_string(kMaxBatchTokens));
+}
+
+void check_training_memory(const MemoryEstimate& e, const patterns::ParsedPattern& pattern, int batch, int seq,
+                           int replicas) {
+  check_batch_tokens(batch, seq);
   const double available = io::available_memory_bytes();
   if (e.bytes > available)
     throw EngineError(

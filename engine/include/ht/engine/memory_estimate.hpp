@@ -41,6 +41,10 @@ MemoryEstimate estimate_training_memory(const patterns::ParsedPattern& pattern, 
 // Tokens of one batch (batch x seq) the engine accepts: int indexing stays exact far beyond it.
 inline constexpr std::int64_t kMaxBatchTokens = std::int64_t{1} << 24;
 
+// Throws EngineError(BadConfig) when batch x seq passes kMaxBatchTokens (before any estimate:
+// the sizes may not even describe a model then).
+void check_batch_tokens(int batch, int seq);
+
 // Throws EngineError(BadConfig) naming the estimate and the limit (io::available_memory_bytes)
 // when the run cannot fit, or when batch x seq passes kMaxBatchTokens.
 void check_training_memory(const MemoryEstimate& estimate, const patterns::ParsedPattern& pattern, int batch, int seq,

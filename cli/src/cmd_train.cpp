@@ -102,8 +102,9 @@ bool memory_gate(const TrainArgs& a, const patterns::ParsedPattern& parsed, Esti
     std::cout << std::setprecision(3) << "memory       about " << need.bytes / gib << " GiB for '" << parsed.text
               << "' on " << ranks << (ranks == 1 ? " rank" : " ranks")
               << (replicas > 1 ? " x " + std::to_string(replicas) + " replicas" : std::string()) << ": "
-              << need.parameters << " parameters (16 bytes each with gradients and AdamW moments) + "
-              << need.activations / gib << " GiB of activations at the plan's peak\n"
+              << need.parameters << " parameters with their gradients and AdamW moments ("
+              << (need.bytes - need.activations) / gib << " GiB) + " << need.activations / gib
+              << " GiB of activations at the plan's peak\n"
               << "available    " << available / gib << " GiB (" << (need.bytes <= available ? "fits" : "DOES NOT FIT")
               << ")\n";
   }
@@ -164,14 +165,13 @@ int run_executor(TrainArgs a) {
   }
   const bool lead = !group || group->process() == 0;
   if (!lead) a.quiet = true;
-  // The CPU executor's ranks are this process's threads, each holding its stage and experts; the
-  // device executor's each keep a whole host model beside their device copies.
+  // Either executor's ranks each hold their stage and their experts, each layer's state from its
+  // first node to its last; the device executor's keep a host copy of what they hold besides.
   const int layout_ranks = a.parallel.global_ranks();
   const auto need = [&] {
-    return a.backend == "cpu" ? he::estimate_training_memory(parsed, dims, a.parallel, plan, true)
-                              : he::estimate_training_memory(parsed, a.cfg, a.batch, a.seq, layout_ranks);
+    return he::estimate_training_memory(parsed, dims, a.parallel, plan, true, a.backend == "cpu" ? 0.0 : 8.0);
   };
-  if (memory_gate(a, parsed, need, layout_ranks, a.backend == "cpu" ? 1 : layout_ranks)) return 0;
+  if (memory_gate(a, parsed, need, layout_ranks)) return 0;
   if (!a.trace.empty()) io::check_output_file(process_trace_path(a.trace, group.get()), "trace");
   std::unique_ptr<he::exec::Executor> cpu;
   std::unique_ptr<he::cuda::DeviceExecutor> dev;

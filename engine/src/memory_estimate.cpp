@@ -86,7 +86,7 @@ schedule::MemoryModel engine_memory_model(const schedule::ModelDims& d, bool sta
 
 MemoryEstimate estimate_training_memory(const patterns::ParsedPattern& pattern, const schedule::ModelDims& dims,
                                         const schedule::ParallelConfig& config, const schedule::Plan& plan,
-                                        bool staged_gradients, int replicas) {
+                                        bool staged_gradients, double host_copy_bytes) {
   MemoryEstimate e;
   for (const schedule::MemoryBreakdown& m :
        schedule::rank_memory(pattern, dims, engine_config(config), plan, engine_memory_model(dims, staged_gradients))) {
@@ -94,9 +94,7 @@ MemoryEstimate estimate_training_memory(const patterns::ParsedPattern& pattern, 
     e.bytes += m.total();
     e.activations += m.activations;
   }
-  e.parameters *= replicas;
-  e.bytes *= replicas;
-  e.activations *= replicas;
+  e.bytes += host_copy_bytes * e.parameters;
   return e;
 }
 
@@ -105,7 +103,11 @@ MemoryEstimate estimate_training_memory(const patterns::ParsedPattern& pattern, 
   const schedule::ModelDims dims = exec::schedule_dims(cfg, batch, seq);
   const schedule::ParallelConfig one;
   const schedule::Plan plan = schedule::build_plan(pattern, dims, one, schedule::ScheduleOptions{});
-  return estimate_training_memory(pattern, dims, one, plan, false, replicas);
+  MemoryEstimate e = estimate_training_memory(pattern, dims, one, plan, false);
+  e.parameters *= replicas;
+  e.bytes *= replicas;
+  e.activations *= replicas;
+  return e;
 }
 
 void check_batch_tokens(int batch, int seq) {

@@ -2,7 +2,8 @@
 """train --estimate-memory (issue 31: one memory model for train and simulate) against what the
 run really holds: the one-rank trainer's estimate counts exactly the parameters `train --json`
 reports; the executor's counts every rank's stage and only its own experts (2 ranks: the
-non-expert weights twice, each expert once); a sequential plan holds one microbatch's
+non-expert weights twice, each expert once), the device executor's the same plus its host
+copies; a sequential plan holds one microbatch's
 activations whatever their number, combined 1F1B more; a run that cannot fit says so and the
 same run without the flag is refused in one line naming the same figure.
 
@@ -44,6 +45,16 @@ check(seq2["activations_gib"] == seq8["activations_gib"],
       "sequential: one microbatch in flight whatever their number")
 ovl = estimate(["--pattern", "[*E][*E]", "--ep", "2", "--batch", "4", "--seq", "32", "--microbatches", "8", "--overlap"])
 check(ovl["activations_gib"] > seq8["activations_gib"], "combined 1F1B keeps the next microbatch's forward too")
+
+# The device executor (host emulation) walks the same plan with the same lifetimes: the same
+# parameters and activations, plus a host copy of each held parameter's value and gradient.
+dev2, dev8 = (estimate(moe + ["--backend", "cuda-host", "--microbatches", str(m)]) for m in (2, 8))
+check(dev2.get("parameters") == seq2["parameters"] and dev2.get("activations_gib") == seq2["activations_gib"],
+      f"device executor: the CPU executor's parameters and activations ({dev2.get('parameters')} vs {seq2['parameters']})")
+check(abs((dev2["memory_gib"] - seq2["memory_gib"]) * 2**30 - 8 * seq2["parameters"]) < 1,
+      "device executor: 8 bytes a parameter more (the host's copies)")
+check(dev8.get("activations_gib") == dev2["activations_gib"],
+      "device executor, sequential: one microbatch in flight whatever their number")
 
 huge = ["--hidden", "1000000000", "--steps", "1"]
 big = estimate(huge)

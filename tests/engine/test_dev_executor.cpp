@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "ht/engine/cuda/dev/host.hpp"
 #include "ht/engine/cuda/device_executor.hpp"
 #include "ht/engine/error.hpp"
 #include "ht/patterns/pattern.hpp"
@@ -335,4 +336,32 @@ TEST_CASE("device executor driven as several devices by one process (a thread ea
     CHECK_THROWS_WITH(ex->step(exec::random_batches(2, 2, 2, 6, cfg().vocab_size, 9)),
                       Catch::Contains("injected failure on one device"));
   }
+}
+
+// Oracle: the emulated device's own byte count (dev::Host keeps every block's size). A layer's
+// state lives from its first node to its last and a chunk's buffers to its last node, so a
+// sequential plan holds one microbatch's state: going from 2 to 8 microbatches adds only their
+// token and target uploads (2 x b x t ints per rank and microbatch), where keeping every
+// microbatch's state to the end of the step (as before) added 6 more of everything else.
+TEST_CASE("device executor memory: a sequential plan holds one microbatch's state whatever their number",
+          "[engine][dev-executor][memory]") {
+  const std::string text = "M[*E]-";
+  const int ranks = 2, b = 2, t = 6;
+  const auto peak = [&](int mbs, bool overlap) {
+    const auto batches = exec::random_batches(ranks, mbs, b, t, cfg().vocab_size, 3);
+    auto ex = host_ex(text, plan_of(text, ranks, mbs, overlap, overlap));
+    const long long before = dev::Host::live_bytes();
+    dev::Host::reset_peak();
+    ex->step(batches);
+    return dev::Host::peak_bytes() - before;
+  };
+  const long long tokens = 2LL * ranks * b * t * static_cast<long long>(sizeof(int));
+  const long long two = peak(2, false), eight = peak(8, false);
+  INFO("peak bytes: 2 microbatches " << two << ", 8 microbatches " << eight);
+  CHECK(eight > two);
+  CHECK(eight - two <= 6 * tokens);
+  // Combined 1F1B keeps a second microbatch in flight, not all of them.
+  const long long two_ovl = peak(2, true), eight_ovl = peak(8, true);
+  INFO("overlapped: 2 microbatches " << two_ovl << ", 8 microbatches " << eight_ovl);
+  CHECK(eight_ovl - two_ovl <= 6 * tokens);
 }

@@ -554,50 +554,24 @@ runtime::Work node_work(Executor::Impl& im, const schedule::Node& node, RankMode
   return work;
 }
 
-// Which of a rank's nodes builds and which releases each (microbatch, chunk, layer) state, and
-// which releases a chunk's own tensors (hidden state, logits, loss caches): the first and the last
-// of their nodes in the rank's issue order, counted by position (an issue order may hold a node
-// twice: the test faults). Both happen on the stream, after the chain's previous node, so no other
-// thread touches the state: the lifetimes the schedule's memory walk gives (schedule/memory.hpp).
-class StateLifetimes {
- public:
-  StateLifetimes(const schedule::Plan& plan, const std::vector<int>& order) {
-    for (const int id : order) {
-      const schedule::Node& n = plan.node(id);
-      if (n.microbatch < 0) continue;
-      ++chunk_left_[{n.microbatch, n.vp_stage}];
-      if (n.layer >= 0 && !n.mtp) ++left_[{n.microbatch, n.vp_stage, n.layer}];
+// `node`'s work (called in issue order) with the layer state it begins or ends, and the chunk's
+// tensors it ends (StateLifetimes), around it, on the stream.
+runtime::Work with_lifetimes(StateLifetimes& lifetimes, Executor::Impl& im, RankModel& m, ChunkState& chunk,
+                             const schedule::Node& node, runtime::Work inner) {
+  const auto l = static_cast<std::size_t>(node.layer);
+  const auto ends = lifetimes.next(node, node.layer >= 0 && !node.mtp && m.layers.at(l).held);
+  if (!ends.first && !ends.last && !ends.chunk_done) return inner;
+  return [&im, &m, &chunk, inner = std::move(inner), ends, l] {
+    if (ends.first) chunk.layers[l] = im.new_layer_state(m.layers[l]);
+    inner();
+    if (ends.last) {
+      if (const MoeState* st = chunk.layers[l].moe.get())
+        chunk.router_loss[l] = static_cast<double>(st->routing.aux_loss) + static_cast<double>(st->routing.z_loss);
+      chunk.layers[l] = LayerState{};
     }
-  }
-  // `node`'s work (called in issue order) with what begins or ends there around it.
-  runtime::Work wrap(Executor::Impl& im, RankModel& m, ChunkState& chunk, const schedule::Node& node,
-                     runtime::Work inner) {
-    bool first = false, last = false;
-    const auto l = static_cast<std::size_t>(node.layer);
-    if (node.layer >= 0 && !node.mtp && m.layers.at(l).held) {
-      const Key key{node.microbatch, node.vp_stage, node.layer};
-      first = issued_[key]++ == 0;
-      last = --left_[key] == 0;
-    }
-    const bool chunk_done = --chunk_left_[{node.microbatch, node.vp_stage}] == 0;
-    if (!first && !last && !chunk_done) return inner;
-    return [&im, &m, &chunk, inner = std::move(inner), first, last, chunk_done, l] {
-      if (first) chunk.layers[l] = im.new_layer_state(m.layers[l]);
-      inner();
-      if (last) {
-        if (const MoeState* st = chunk.layers[l].moe.get())
-          chunk.router_loss[l] = static_cast<double>(st->routing.aux_loss) + static_cast<double>(st->routing.z_loss);
-        chunk.layers[l] = LayerState{};
-      }
-      if (chunk_done) chunk.release_tensors();
-    };
-  }
-
- private:
-  using Key = std::tuple<int, int, int>;
-  std::map<Key, int> left_, issued_;
-  std::map<std::pair<int, int>, int> chunk_left_;
-};
+    if (ends.chunk_done) chunk.release_tensors();
+  };
+}
 
 // The data-parallel all-reduce of a rank's non-expert gradients, in parameter order.
 runtime::Work grad_all_reduce_work(const schedule::Node& node, RankModel& m, runtime::Communicator& dp_comm) {
@@ -722,7 +696,7 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
       };
       ChunkState& chunk = chunks[static_cast<std::size_t>(r)][static_cast<std::size_t>(node.microbatch)]
                                 [static_cast<std::size_t>(node.vp_stage)];
-      work = lifetimes.wrap(im, m, chunk, node, std::move(work));
+      work = with_lifetimes(lifetimes, im, m, chunk, node, std::move(work));
       chains.issue(runtime::ChainKey{node.microbatch, node.vp_stage}, stream, std::move(work), std::move(label));
     };
     // A range of one rank: its collectives go to it as it reaches them; the transport meets them.

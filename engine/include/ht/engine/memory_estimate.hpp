@@ -27,11 +27,12 @@ struct MemoryEstimate {
   double activations = 0;  // the activation part of `bytes`
 };
 
-// A run of `plan` (the executor's: its ranks are threads of this process), summed over its ranks,
-// times `replicas` (copies of the whole run in one process: the device backends' replicas).
+// A run of `plan` (an executor's: its ranks live in this process), summed over its ranks.
+// `host_copy_bytes`: what the host keeps per parameter beside it (the device executor: each held
+// parameter's value and gradient, 8 bytes, the checkpoints' and the optimizer's view).
 MemoryEstimate estimate_training_memory(const patterns::ParsedPattern& pattern, const schedule::ModelDims& dims,
                                         const schedule::ParallelConfig& config, const schedule::Plan& plan,
-                                        bool staged_gradients, int replicas = 1);
+                                        bool staged_gradients, double host_copy_bytes = 0);
 
 // The one-rank trainer (HybridModel: one batch of batch x seq, forward then backward): the same
 // walk over its one-rank sequential plan, times `replicas`.

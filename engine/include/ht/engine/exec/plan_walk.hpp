@@ -22,6 +22,8 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "ht/engine/error.hpp"
@@ -105,6 +107,46 @@ inline void refuse_deadlock(const schedule::Plan& plan, const std::vector<std::v
   walk_plan(plan, issue, 0, static_cast<int>(issue.size()), who, [](const schedule::Node&) {},
             [](const std::vector<const schedule::Node*>&) {});
 }
+
+// Which of a rank's nodes builds and which releases each (microbatch, chunk, layer) state, and
+// after which a chunk's own tensors (hidden state, logits, loss caches) go: the first and the last
+// of their nodes in the rank's issue order, counted by position (an issue order may hold a node
+// twice: the test faults). Both executors act on it where the node runs, after the chain's previous
+// node, so a state lives as long as the schedule's memory walk says (schedule/memory.hpp).
+// MTP depths' nodes count toward their chunk only.
+class StateLifetimes {
+ public:
+  struct Ends {
+    bool first = false, last = false;  // the node begins / ends its layer's state
+    bool chunk_done = false;           // the chunk's last node: its own tensors go after it
+  };
+  StateLifetimes(const schedule::Plan& plan, const std::vector<int>& order) {
+    for (const int id : order) {
+      const schedule::Node& n = plan.node(id);
+      if (n.microbatch < 0) continue;
+      ++chunk_left_[{n.microbatch, n.vp_stage}];
+      if (n.layer >= 0 && !n.mtp) ++left_[{n.microbatch, n.vp_stage, n.layer}];
+    }
+  }
+  // Called once per issued node, in the rank's issue order. `held`: this rank keeps state for the
+  // node's layer (a pipeline stage keeps none for another stage's layers).
+  Ends next(const schedule::Node& node, bool held = true) {
+    Ends e;
+    if (node.microbatch < 0) return e;
+    if (node.layer >= 0 && !node.mtp && held) {
+      const Key key{node.microbatch, node.vp_stage, node.layer};
+      e.first = issued_[key]++ == 0;
+      e.last = --left_[key] == 0;
+    }
+    e.chunk_done = --chunk_left_[{node.microbatch, node.vp_stage}] == 0;
+    return e;
+  }
+
+ private:
+  using Key = std::tuple<int, int, int>;
+  std::map<Key, int> left_, issued_;
+  std::map<std::pair<int, int>, int> chunk_left_;
+};
 
 // The expert a parameter belongs to ("...mlp.experts.local_experts.<e>...": e), or -1 for one that
 // is no expert's.

@@ -14,13 +14,15 @@
 // address space) queued on the comm stream after every member's chain. A plan whose ranks never
 // meet at a collective is refused ("deadlock") instead of hanging.
 //
-// Math. The state of every (rank, microbatch) is its own: blocks with their caches, the hidden
-// state and its gradient, and staged weight gradients, added into the rank's gradients by the
-// slot's weight-gradient step (the plan's W node with delayed wgrad, else right after the
-// backward), as the CPU executor does. With delayed wgrad the backward leaves the weight GEMMs of
-// its linear maps to the W node, which runs them (exec/weight_steps.hpp, the CPU executor's
-// bookkeeping too; the shared expert's, whose backward runs in the combine, belong to
-// pre_dispatch's W). So on one device the overlapped and the sequential plan give the same bits,
+// Math. The state of every (rank, microbatch) is its own: per layer, blocks with their caches and
+// staged weight gradients, added into the rank's gradients by the slot's weight-gradient step (the
+// plan's W node with delayed wgrad, else right after the backward); the hidden state and its
+// gradient. As in the CPU executor, a layer's state is built by its first node and released after
+// its last, and the chunk's own buffers after the chunk's last node (exec::StateLifetimes), so a
+// sequential plan holds one microbatch's state whatever the number of microbatches. With delayed
+// wgrad the backward leaves the weight GEMMs of its linear maps to the W node, which runs them
+// (exec/weight_steps.hpp, the CPU executor's bookkeeping too; the shared expert's, whose backward
+// runs in the combine, belong to pre_dispatch's W). So on one device the overlapped and the sequential plan give the same bits,
 // and grouped and flattened patterns too (blocks are found by canonical name).
 // The routed rows of each expert are those of every rank, expert-major with the sources in rank
 // order, as the CPU executor lays them out: on the host emulation the device executor equals it
@@ -133,9 +135,13 @@ class DevExecutor {
     chunks_.resize(static_cast<std::size_t>(n));
     for (int r = first_; r < first_ + local_n_; ++r)
       for (int mb = 0; mb < mbs; ++mb)
-        chunks_[static_cast<std::size_t>(r)].push_back(new_chunk(r, batches[static_cast<std::size_t>(r)][static_cast<std::size_t>(mb)]));
+        chunks_[static_cast<std::size_t>(r)].push_back(
+            new_chunk(batches[static_cast<std::size_t>(r)][static_cast<std::size_t>(mb)]));
     steps_ = std::make_unique<exec::WeightSteps<D, T>>(plan_, first_, local_n_);
     marks_.clear();
+    issue_ = exec::issue_orders(plan_, options_.test_weight_fault, kWho);
+    lifetimes_.clear();
+    for (int r = 0; r < n; ++r) lifetimes_.emplace_back(plan_, issue_[static_cast<std::size_t>(r)]);
     run_plan();
     steps_->finish();
 
@@ -144,9 +150,7 @@ class DevExecutor {
       for (int mb = 0; mb < mbs; ++mb) {
         Chunk& cs = chunk(r, mb);
         double aux = 0;
-        for (auto& layer : cs.layers)
-          for (auto& blk : layer)
-            aux += static_cast<double>(blk.branch->aux_loss()) + static_cast<double>(blk.branch->z_loss());
+        for (const double l : cs.router_loss) aux += l;
         mine.push_back(cs.loss + aux);
       }
     const std::vector<double> all = gather(mine);
@@ -226,10 +230,16 @@ class DevExecutor {
     std::vector<std::vector<std::size_t>> pre_w, mlp_w;  // per layer: what each slot's W step flushes
   };
   using Event = typename D::Event;
-  // One (rank, microbatch): its blocks with their caches, its staged gradients, its hidden state.
-  struct Chunk {
+  // One logical layer of one (rank, microbatch), from its first node to its last: its blocks with
+  // their caches and the staged gradients of its parameters.
+  struct LayerState {
     std::unique_ptr<DevParams<D, T>> staged;
-    std::vector<std::vector<DevBlock<D, T>>> layers;
+    std::vector<DevBlock<D, T>> blocks;
+  };
+  // One (rank, microbatch): its layers' states, its hidden state; the losses stay after release.
+  struct Chunk {
+    std::vector<LayerState> layers;
+    std::vector<double> router_loss;  // per layer: its blocks' aux + z losses, kept at its release
     int b = 0, t = 0;
     Buf<D, int> tokens, targets;
     Buf<D, T> h, dh, h_final, fn_rstd, logits, lm_weights, lse;
@@ -277,7 +287,12 @@ class DevExecutor {
     std::vector<ParamRef<T>> held;
     for (auto& p : rk.host->parameters()) {
       const int e = exec::expert_index(p.canonical);
-      if (e < 0 || e / local_experts_ == r) held.push_back(p);
+      if (e < 0 || e / local_experts_ == r) {
+        held.push_back(p);
+      } else {  // drawn for the random stream, then dropped: another rank holds it
+        *p.value = Tensor<T>{};
+        *p.grad = Tensor<T>{};
+      }
     }
     D::set_stream(0);
     rk.params = std::make_unique<DevParams<D, T>>(std::move(held));
@@ -299,18 +314,11 @@ class DevExecutor {
     return rk;
   }
 
-  Chunk new_chunk(int r, const Batch& batch) {
+  Chunk new_chunk(const Batch& batch) {
     D::set_stream(0);
     Chunk cs;
-    Rank& rk = ranks_[static_cast<std::size_t>(r)];
-    cs.staged = std::make_unique<DevParams<D, T>>(*rk.params, typename DevParams<D, T>::Staging{});
-    for (const auto& layer : layers_) {
-      std::vector<DevBlock<D, T>> blocks;
-      for (std::size_t i = 0; i < layer.symbols.size(); ++i)
-        blocks.push_back(make_dev_block<D, T>(layer.symbols[i], cfg_, *cs.staged, layer.prefixes[i], T(1),
-                                              ExpertShard{r * local_experts_, local_experts_}));
-      cs.layers.push_back(std::move(blocks));
-    }
+    cs.layers.resize(layers_.size());  // built by the layer's first node
+    cs.router_loss.assign(layers_.size(), 0.0);
     cs.b = batch.tokens.dim(0);
     cs.t = batch.tokens.dim(1);
     cs.tokens = upload<D>(batch.tokens.ptr(), batch.tokens.size());
@@ -318,15 +326,53 @@ class DevExecutor {
     return cs;
   }
 
+  // Layer l's state of rank r's chunk, on the current stream: its parameters' staged gradients and
+  // its blocks bound to them.
+  LayerState new_layer(int r, std::size_t l) {
+    const Rank& rk = ranks_[static_cast<std::size_t>(r)];
+    const Layer& layer = layers_[l];
+    std::vector<std::size_t> own = rk.pre_w[l];
+    own.insert(own.end(), rk.mlp_w[l].begin(), rk.mlp_w[l].end());
+    LayerState ls;
+    ls.staged = std::make_unique<DevParams<D, T>>(*rk.params, typename DevParams<D, T>::Staging{}, own);
+    for (std::size_t i = 0; i < layer.symbols.size(); ++i)
+      ls.blocks.push_back(make_dev_block<D, T>(layer.symbols[i], cfg_, *ls.staged, layer.prefixes[i], T(1),
+                                               ExpertShard{r * local_experts_, local_experts_}));
+    return ls;
+  }
+  // A node of a local rank, in its issue order (exec::StateLifetimes): before it runs, the layer
+  // state it begins; after it (on the node's stream, which the next user of the freed memory
+  // follows), the layer state and the chunk buffers it ends.
+  exec::StateLifetimes::Ends begin_node(const schedule::Node& node) {
+    const auto ends = lifetimes_.at(static_cast<std::size_t>(node.rank)).next(node);
+    if (ends.first)
+      chunk(node.rank, node.microbatch).layers.at(static_cast<std::size_t>(node.layer)) =
+          new_layer(node.rank, static_cast<std::size_t>(node.layer));
+    return ends;
+  }
+  void end_node(const schedule::Node& node, exec::StateLifetimes::Ends ends) {
+    if (!ends.last && !ends.chunk_done) return;
+    Chunk* cs = &chunk(node.rank, node.microbatch);
+    const auto l = static_cast<std::size_t>(node.layer);
+    if (ends.last) {
+      double loss = 0;
+      for (auto& blk : cs->layers[l].blocks)
+        loss += static_cast<double>(blk.branch->aux_loss()) + static_cast<double>(blk.branch->z_loss());
+      cs->router_loss[l] = loss;
+      cs->layers[l] = LayerState{};
+    }
+    if (ends.chunk_done)
+      for (auto* b : {&cs->h, &cs->dh, &cs->h_final, &cs->fn_rstd, &cs->logits, &cs->lm_weights, &cs->lse}) *b = {};
+  }
+
   MoeBranchD<D, T>& moe_of(int r, int mb, int layer) {
-    auto& blocks = chunk(r, mb).layers.at(static_cast<std::size_t>(layer));
+    auto& blocks = chunk(r, mb).layers.at(static_cast<std::size_t>(layer)).blocks;
     auto* m = dynamic_cast<MoeBranchD<D, T>*>(blocks.back().branch.get());
     if (!m) fail("layer " + std::to_string(layer) + " has no MoE terminal for its all-to-all");
     return *m;
   }
 
   void run_plan() {
-    issue_ = exec::issue_orders(plan_, options_.test_weight_fault, kWho);
     if (group()) exec::refuse_deadlock(plan_, issue_, kWho);
     exec::walk_plan(plan_, issue_, first_, first_ + local_n_, kWho, [this](const schedule::Node& node) { run_compute(node); },
                     [this](const std::vector<const schedule::Node*>& members) { run_collective(members); });
@@ -348,6 +394,7 @@ class DevExecutor {
     Chunk& cs = chunk(r, node.microbatch);
     D::set_stream(compute_stream(r));
     if (cs.chained) D::wait(cs.last);
+    const auto ends = begin_node(node);
     const Event begin = D::record();
     const double flops = D::gemm_flops_total();
     compute(node, cs);
@@ -356,6 +403,7 @@ class DevExecutor {
     const bool experts = node.slot == schedule::Slot::Mlp && layer_of(node).moe;
     marks_.push_back({r, &node, begin, cs.last, D::gemm_flops_total() - flops,
                       experts ? moe_of(r, node.microbatch, node.layer).shard().rows() : -1});
+    end_node(node, ends);
   }
 
   void compute(const schedule::Node& node, Chunk& cs) {
@@ -401,13 +449,14 @@ class DevExecutor {
         return;
       case Slot::PreDispatch: {
         const Layer& layer = layer_of(node);
-        auto& blocks = cs.layers[static_cast<std::size_t>(node.layer)];
+        LayerState& ls = cs.layers[static_cast<std::size_t>(node.layer)];
+        auto& blocks = ls.blocks;
         const std::size_t members = blocks.size() - (layer.terminal ? 1 : 0);
         if (fwd) {
           for (std::size_t i = 0; i < members; ++i) blocks[i].forward(cs.h, eps, cs.b, cs.t, c);
           if (layer.moe) blocks.back().forward_part(0, cs.h, eps, cs.b, cs.t, c);
         }
-        const auto flush = [&] { cs.staged->add_grads_to(p, rk.pre_w[static_cast<std::size_t>(node.layer)]); };
+        const auto flush = [&] { ls.staged->add_grads_to(p, rk.pre_w[static_cast<std::size_t>(node.layer)]); };
         if (bwd)
           // The MoE's router and norm (its residual's gradient is dh, parked since the combine),
           // then the members in reverse, their weight GEMMs to the slot's W node when it has one.
@@ -422,13 +471,14 @@ class DevExecutor {
       case Slot::Mlp: {
         const Layer& layer = layer_of(node);
         if (!layer.terminal) return;
-        auto& blk = cs.layers[static_cast<std::size_t>(node.layer)].back();
+        LayerState& ls = cs.layers[static_cast<std::size_t>(node.layer)];
+        auto& blk = ls.blocks.back();
         if (fwd) {
           if (layer.moe) blk.forward_part(1, cs.h, eps, cs.b, cs.t, c);
           else blk.forward(cs.h, eps, cs.b, cs.t, c);
           return;
         }
-        const auto flush = [&] { cs.staged->add_grads_to(p, rk.mlp_w[static_cast<std::size_t>(node.layer)]); };
+        const auto flush = [&] { ls.staged->add_grads_to(p, rk.mlp_w[static_cast<std::size_t>(node.layer)]); };
         if (bwd)
           steps_->backward(node, [&](WgradSink<T>* w) {
             if (layer.moe) blk.backward_part(1, cs.dh, cs.b, cs.t, c, w);
@@ -479,6 +529,9 @@ class DevExecutor {
       Chunk& cs = chunk(m->rank, m->microbatch);
       if (cs.chained) D::wait(cs.last);
     }
+    std::map<const schedule::Node*, exec::StateLifetimes::Ends> ends;
+    for (const auto* m : members)
+      if (local(m->rank)) ends[m] = begin_node(*m);
     const int mb = first.microbatch, layer = first.layer;
     std::map<int, double> combine_flops;  // rank -> the shared expert's GEMMs in its combine backward
     const Event begin = D::record();
@@ -493,7 +546,7 @@ class DevExecutor {
       exchange(mb, layer, false, false);
       for (int r = first_; r < first_ + local_n_; ++r) {
         Chunk& cs = chunk(r, mb);
-        cs.layers[static_cast<std::size_t>(layer)].back().forward_part(2, cs.h, eps, cs.b, cs.t, c);
+        cs.layers[static_cast<std::size_t>(layer)].blocks.back().forward_part(2, cs.h, eps, cs.b, cs.t, c);
       }
     } else {
       for (int r = first_; r < first_ + local_n_; ++r) {
@@ -501,7 +554,7 @@ class DevExecutor {
         // The shared expert's backward runs here; its weight GEMMs belong to pre_dispatch's W node
         // (reference 3.3: its forward and the rest of its slot are pre_dispatch's).
         const double before = D::gemm_flops_total();
-        cs.layers[static_cast<std::size_t>(layer)].back().backward_part(
+        cs.layers[static_cast<std::size_t>(layer)].blocks.back().backward_part(
             0, cs.dh, cs.b, cs.t, c, steps_->sink({r, mb, false, layer, Slot::PreDispatch}));
         combine_flops[r] = D::gemm_flops_total() - before;
         if (options_.test_drop_residual_grad) cs.dh.assign_zero(cs.dh.size());
@@ -516,6 +569,7 @@ class DevExecutor {
       cs.chained = true;
       marks_.push_back({m->rank, m, begin, end, combine_flops[m->rank]});
     }
+    for (const auto& [m, e] : ends) end_node(*m, e);
   }
 
   // Rows per (source, local expert) from the sources' routing: each expert's rows, sources in rank
@@ -683,6 +737,7 @@ class DevExecutor {
   std::vector<std::vector<Chunk>> chunks_;  // [rank][microbatch] (this process's ranks), during a step
   std::unique_ptr<exec::WeightSteps<D, T>> steps_;  // the W nodes of this process's ranks, during a step
   std::vector<std::vector<int>> issue_;             // [rank] issue order (exec::issue_order)
+  std::vector<exec::StateLifetimes> lifetimes_;     // [rank], during a step
   std::vector<Mark> marks_;
   T weight_ = 0;
 };

@@ -13,9 +13,11 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <limits>
+#include <new>
 #include <type_traits>
 #include <utility>
 
@@ -30,16 +32,32 @@ struct Host {
   // Fresh memory is poisoned (NaN, or -1 for indices), as cudaMalloc'd or cached device memory
   // holds garbage: layer code that reads what it never wrote fails the host tests instead of
   // reading the zeros a fresh host page happens to hold.
+  // Every block carries its size in a header, so the emulated device memory in use and its peak
+  // are known (live_bytes, peak_bytes: what a test holds an executor's memory to).
   template <class T> static T* alloc(std::size_t n) {
+    static_assert(std::is_trivially_copyable_v<T> && alignof(T) <= kHeader);
     if (n == 0) return nullptr;
-    T* p = new T[n];
+    auto* base = static_cast<unsigned char*>(::operator new(n * sizeof(T) + kHeader));
+    *reinterpret_cast<std::size_t*>(base) = n * sizeof(T);
+    T* p = reinterpret_cast<T*>(base + kHeader);
     if constexpr (std::is_floating_point_v<T>)
       std::fill_n(p, n, std::numeric_limits<T>::quiet_NaN());
     else
       std::fill_n(p, n, T(-1));
+    const long long now = live += static_cast<long long>(n * sizeof(T));
+    long long seen = peak.load();
+    while (now > seen && !peak.compare_exchange_weak(seen, now)) continue;
     return p;
   }
-  template <class T> static void release(T* p) { delete[] p; }
+  template <class T> static void release(T* p) {
+    if (!p) return;
+    auto* base = reinterpret_cast<unsigned char*>(p) - kHeader;
+    live -= static_cast<long long>(*reinterpret_cast<std::size_t*>(base));
+    ::operator delete(base);
+  }
+  static long long live_bytes() { return live.load(); }
+  static long long peak_bytes() { return peak.load(); }
+  static void reset_peak() { peak = live.load(); }
   template <class T> static void fill_zero(T* p, std::size_t n) { std::fill_n(p, n, T(0)); }
   // Device to device, host to device, device to host: all plain copies here.
   template <class T> static void copy(T* dst, const T* src, std::size_t n) { std::copy_n(src, n, dst); }
@@ -76,6 +94,10 @@ struct Host {
     return acc;
   }
   static double gemm_flops_total() { return gemm_flops; }
+
+ private:
+  static constexpr std::size_t kHeader = 16;
+  static inline std::atomic<long long> live{0}, peak{0};  // bytes, over every thread
 };
 
 // An owning buffer of n values in D's memory. resize() keeps nothing (callers overwrite or zero).

@@ -68,16 +68,15 @@ class DevParams {
       grads_.push_back(std::move(g));
     }
   }
-  // Staging (the device executor's per-microbatch gradients): the weights of `weights` (not
-  // copied: its updates are seen here), gradients of their own, zero; add_grads_to() adds them into
-  // `weights`' gradients. Only w, g, has, dim, zero_grad and add_grads_to apply to a staging set.
+  // Staging (the device executor's per-(microbatch, layer) gradients): the weights of `weights`
+  // (not copied: its updates are seen here), zero gradients of their own for the parameters `which`
+  // (indices; g() of another is refused); add_grads_to() adds them into `weights`' gradients. Only
+  // w, g, has, dim, zero_grad and add_grads_to apply to a staging set.
   struct Staging {};
-  DevParams(DevParams& weights, Staging) : refs_(weights.refs_), index_(weights.index_), wptr_(weights.wptr_) {
-    for (const auto& g : weights.grads_) {
-      Buf<D, T> s;
-      s.assign_zero(g.size());
-      grads_.push_back(std::move(s));
-    }
+  DevParams(DevParams& weights, Staging, const std::vector<std::size_t>& which)
+      : refs_(weights.refs_), index_(weights.index_), wptr_(weights.wptr_) {
+    grads_.resize(weights.grads_.size());
+    for (const std::size_t i : which) grads_.at(i).assign_zero(weights.grads_.at(i).size());
   }
   // dst.g[i] += g[i] for the parameters `which` (indices), one thread per element.
   void add_grads_to(DevParams& dst, const std::vector<std::size_t>& which) const {
@@ -99,7 +98,12 @@ class DevParams {
   }
   const std::vector<ParamRef<T>>& refs() const { return refs_; }
   const T* w(const std::string& canonical) const { return wptr_[at(canonical)]; }
-  T* g(const std::string& canonical) { return grads_[at(canonical)].get(); }
+  T* g(const std::string& canonical) {
+    Buf<D, T>& g = grads_[at(canonical)];
+    if (g.size() == 0 && refs_[at(canonical)].grad->size() > 0)
+      throw EngineError(ErrorCode::BadConfig, "parameter '" + canonical + "' has no gradient in this staging set");
+    return g.get();
+  }
   int dim(const std::string& canonical, int i) const { return refs_[at(canonical)].value->dim(i); }
   bool has(const std::string& canonical) const { return index_.count(canonical) > 0; }
   void zero_grad() {

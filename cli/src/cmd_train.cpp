@@ -67,7 +67,7 @@ struct TrainArgs {
   bool estimate_memory = false;  // --estimate-memory: print what the run needs and stop
   // Flags only the executor runs (the device path traces without them).
   bool executor_flags() const {
-    return parallel.ep > 1 || parallel.pp > 1 || parallel.vpp > 0 || parallel.microbatches > 1 ||
+    return parallel.ep > 1 || parallel.dp > 1 || parallel.pp > 1 || parallel.vpp > 0 || parallel.microbatches > 1 ||
            schedule_flags.overlap_on || schedule_flags.overlap_off || schedule_flags.delay_on ||
            schedule_flags.delay_off || link_gbps > 0 || link_latency_us > 0;
   }
@@ -148,8 +148,8 @@ std::string process_trace_path(const std::string& path, const he::cuda::ProcessG
 int run_executor(TrainArgs a) {
   if (!a.resume.empty() || !a.checkpoint.empty() || !a.import_gpt.empty())
     throw UsageError("--checkpoint, --resume and --import-gpt train one model without the executor; drop --ep, "
-                     "--microbatches, --overlap, --link-* and --trace to use them");
-  if (a.parallel.dp == 1) a.parallel.dp = a.parallel.ep;  // the executor runs DP = EP
+                     "--dp, --microbatches, --overlap, --link-* and --trace to use them");
+  if (a.parallel.dp == 1) a.parallel.dp = a.parallel.ep;  // EP groups inside DP: at least EP ranks
   const std::string pattern_text = a.pattern.empty() ? "M*-E" : a.pattern;
   const auto parsed = patterns::parse(pattern_text);
   const schedule::ScheduleOptions so = a.schedule_flags.resolve(a.parallel, parsed.mtp_depths);
@@ -374,68 +374,6 @@ void write_device_trace(const TrainArgs& a, const patterns::ParsedPattern& parse
   traces::write_chrome_trace(t, a.trace);
 }
 
-// --backend cuda|cuda-host --dp N: N data-parallel replicas sharing the device, each step one
-// batch per rank (the executor's batch order), gradients summed on the device in rank order, AdamW
-// on every rank. Reports the step loss as the executor does: the sum over ranks.
-int run_device_data_parallel(const TrainArgs& a) {
-  if (!a.resume.empty() || !a.checkpoint.empty() || !a.import_gpt.empty() || !a.trace.empty())
-    throw UsageError("--dp on a device trains replicas without --checkpoint, --resume, --import-gpt or --trace yet");
-  if (a.steps < 0) throw UsageError("--steps must be >= 0");
-  const auto parsed = patterns::parse(a.pattern.empty() ? "M*-E" : a.pattern);
-  const int ranks = a.parallel.dp;
-  if (memory_gate(
-          a, parsed, [&] { return he::estimate_training_memory(parsed, a.cfg, a.batch, a.seq, ranks); }, 1, ranks))
-    return 0;
-  auto dp = a.backend == "cuda" ? he::cuda::make_cuda_data_parallel(parsed, a.cfg, a.seed, ranks)
-                                : he::cuda::make_host_data_parallel(parsed, a.cfg, a.seed, ranks);
-  const auto corpus = he::load_corpus(a.data);
-  const std::size_t nparams = dp->host(0).num_parameters();
-  if (!a.quiet)
-    io::log::Line("train", false) << "train '" << parsed.text << "': " << nparams << " parameters, " << ranks
-                                  << " data-parallel ranks on " << dp->device() << ", batch " << a.batch << " x "
-                                  << a.seq << " bytes per rank";
-  std::vector<double> losses;
-  double seconds = 0;
-  for (int i = 0; i < a.steps; ++i) {
-    std::vector<he::Batch> batches;
-    for (int r = 0; r < ranks; ++r)
-      batches.push_back(he::sample_batch(corpus, a.batch, a.seq, a.seed, static_cast<std::int64_t>(i) * ranks + r));
-    const auto t0 = std::chrono::steady_clock::now();
-    const auto per_rank = dp->forward_backward(batches);
-    const double gnorm = dp->adamw_step(a.opt);
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    seconds += dt;
-    double total = 0;
-    for (const auto& l : per_rank) total += l.total;
-    losses.push_back(total);
-    if (!a.quiet)
-      io::log::Line("step", false) << "step " << std::setw(5) << i + 1 << "  loss " << std::fixed
-                                   << std::setprecision(4) << total << "  |g| " << std::setprecision(3) << gnorm << "  "
-                                   << std::setprecision(0) << static_cast<double>(ranks) * a.batch * a.seq / dt
-                                   << " tok/s";
-  }
-  const double tokens_per_s = seconds > 0 ? static_cast<double>(a.steps) * ranks * a.batch * a.seq / seconds : 0.0;
-  const double final_loss = losses.empty() ? 0.0 : losses.back();
-  if (a.json_out) {
-    nlohmann::json j = {{"pattern", parsed.text}, {"parameters", nparams}, {"dp", ranks},
-                        {"backend", a.backend},   {"device", dp->device()}, {"steps", a.steps},
-                        {"batch", a.batch},       {"seq", a.seq},           {"seed", a.seed},
-                        {"data", corpus.source},  {"losses", losses},       {"final_loss", final_loss},
-                        {"tokens_per_s", tokens_per_s}, {"seconds", seconds}, {"config", he::config_to_json(a.cfg)}};
-    std::cout << j.dump(2) << "\n";
-  } else {
-    std::cout << "pattern      " << parsed.text << "\n"
-              << "ranks        " << ranks << " data-parallel on " << dp->device() << "\n"
-              << "parameters   " << nparams << " per replica\n"
-              << "data         " << corpus.source << " (" << corpus.bytes.size() << " bytes)\n";
-    if (!losses.empty())
-      std::cout << "loss         " << std::fixed << std::setprecision(4) << losses.front() << " -> " << final_loss << "\n"
-                << "tokens/s     " << std::setprecision(0) << tokens_per_s << "\n"
-                << std::defaultfloat;
-  }
-  return 0;
-}
-
 // The device's weights and AdamW moments into the host model and state (checkpoints, the end).
 void pull_from_device(he::cuda::DeviceModel& device, he::AdamWState<float>& state) {
   device.download_params();
@@ -450,15 +388,14 @@ int run(TrainArgs a) {
     throw UsageError("--trace-step " + a.trace_step + " is past the last step (" + std::to_string(a.steps) + ")");
   if (const auto launch = he::cuda::launch_from_env(); launch.size > 1 && !(on_device && a.executor_flags()))
     throw UsageError("under mpirun (" + std::to_string(launch.size) + " processes) train splits the device executor's "
-                     "ranks over the processes: use --backend cuda or cuda-host with --ep (the CPU executor, one "
-                     "model and --dp run in one process)");
+                     "ranks over the processes: use --backend cuda or cuda-host with --ep (the CPU executor and "
+                     "one model run in one process)");
   if (a.devices < 1) throw UsageError("--devices must be >= 1");
   if (a.devices > 1 && !(on_device && a.executor_flags()))
     throw UsageError("--devices splits the device executor's ranks over devices: use it with --backend cuda or "
                      "cuda-host and --ep");
-  if (!on_device && (a.executor_mode() || a.parallel.dp > 1)) return run_executor(std::move(a));
-  if (on_device && a.executor_flags()) return run_executor(std::move(a));  // the device EP executor
-  if (on_device && a.parallel.dp > 1) return run_device_data_parallel(a);
+  // The executors (CPU, or the device's); a device --trace of one model is the device model's.
+  if (on_device ? a.executor_flags() : a.executor_mode()) return run_executor(std::move(a));
   he::AdamWState<float> state;
   std::int64_t start_step = 0;
   std::string pattern_text = a.pattern;

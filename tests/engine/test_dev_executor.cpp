@@ -12,6 +12,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 #include "ht/engine/cuda/dev/host.hpp"
 #include "ht/engine/cuda/device_executor.hpp"
@@ -37,6 +38,22 @@ std::unique_ptr<cuda::DeviceExecutor> host_ex(const std::string& text, const ht:
 }
 ht::schedule::Plan plan_of(const std::string& text, int ep, int mbs, bool overlap, bool delay) {
   return exec::ep_plan(pat::parse(text), cfg(), 2, 6, ep, mbs, overlap, delay);
+}
+
+// The oracle of the clipping norm: every canonical name once (replicas hold equal copies), from an
+// owner, summed by name (another order than the executors').
+double oracle_norm(cuda::DeviceExecutor& ex) {
+  std::map<std::string, double> by_name;
+  for (int r = 0; r < ex.ranks(); ++r)
+    for (const auto& p : ex.parameters(r))
+      if (ex.owns(r, p.canonical)) {
+        double ss = 0;
+        for (float g : p.grad->data) ss += static_cast<double>(g) * g;
+        by_name[p.canonical] = ss;
+      }
+  double sum = 0;
+  for (const auto& [name, ss] : by_name) sum += ss;
+  return std::sqrt(sum);
 }
 
 }  // namespace
@@ -189,20 +206,10 @@ TEST_CASE("device executor: clipped AdamW steps give the CPU executor's losses a
       ovl->zero_grad();
       const auto rs = seq->step(batches), ro = ovl->step(batches);
       CHECK(rs.loss == ro.loss);
-      // The oracle norm: every canonical name once, from its owner, summed by name (another order).
-      std::map<std::string, double> by_name;
-      for (int r = 0; r < ovl->ranks(); ++r)
-        for (const auto& p : ovl->parameters(r))
-          if (ovl->owns(r, p.canonical)) {
-            double ss = 0;
-            for (float g : p.grad->data) ss += static_cast<double>(g) * g;
-            by_name[p.canonical] = ss;
-          }
-      double oracle = 0;
-      for (const auto& [name, ss] : by_name) oracle += ss;
+      const double oracle = oracle_norm(*ovl);
       const double ns = seq->optimizer_step(opt), no = ovl->optimizer_step(opt);
       CHECK(ns == no);
-      CHECK(no == Approx(std::sqrt(oracle)).epsilon(1e-12));
+      CHECK(no == Approx(oracle).epsilon(1e-12));
       const auto d = exec::compare_owned(cuda::owned(*ovl), cuda::owned(*seq), false);
       CHECK(d.missing.empty());
       CHECK(d.bitwise);
@@ -364,4 +371,53 @@ TEST_CASE("device executor memory: a sequential plan holds one microbatch's stat
   const long long two_ovl = peak(2, true), eight_ovl = peak(8, true);
   INFO("overlapped: 2 microbatches " << two_ovl << ", 8 microbatches " << eight_ovl);
   CHECK(eight_ovl - two_ovl <= 6 * tokens);
+}
+
+// DP > EP: DP / EP groups of EP consecutive ranks each hold the experts once and exchange tokens
+// within the group; the copies of an expert sum their gradients (the plan's expert all-reduce).
+// Oracles: the CPU executor on the same plan (bitwise without SwiGLU, as above; within the
+// rounding of SwiGLU's exp with it), the sequential plan for the overlapped one, and the norm by
+// canonical name.
+TEST_CASE("device executor: DP > EP equals the CPU executor, replicas of an expert stay equal",
+          "[engine][dev-executor]") {
+  AdamWConfig opt;
+  opt.clip_norm = 0.05f;
+  for (const auto& [text, dp, ep] :
+       {std::tuple{"[MG]*", 2, 1}, std::tuple{"M[*E]-", 4, 2}, std::tuple{"M[*E]-", 2, 1}}) {
+    INFO(text << " dp " << dp << " ep " << ep);
+    const auto plan = [&](bool overlap) {  // overlap needs EP > 1 (rule O7)
+      return exec::ep_plan(pat::parse(text), cfg(), 2, 6, ep, 2, overlap && ep > 1, overlap && ep > 1, dp);
+    };
+    auto dev = host_ex(text, plan(true));
+    auto seq = host_ex(text, plan(false));
+    exec::Executor cpu(pat::parse(text), cfg(), 5, plan(true));
+    const bool moe = pat::parse(text).has_moe();
+    for (int step = 0; step < 2; ++step) {
+      INFO("step " << step);
+      const auto batches = exec::random_batches(dp, 2, 2, 6, cfg().vocab_size, 40 + step);
+      for (auto* z : {dev.get(), seq.get()}) z->zero_grad();
+      cpu.zero_grad();
+      const auto rd = dev->step(batches), rs = seq->step(batches), rc = cpu.step(batches);
+      CHECK(rd.loss == rs.loss);
+      if (!moe) CHECK(rd.loss == rc.loss);
+      CHECK(std::fabs(rd.total - rc.total) <= 1e-5 * std::fabs(rc.total));
+      for (int r = ep; r < dp; ++r) {  // rank r holds rank r - ep's experts
+        const auto mine = dev->parameters(r), theirs = dev->parameters(r - ep);
+        for (std::size_t i = 0; i < mine.size(); ++i)
+          CHECK(std::memcmp(mine[i].grad->ptr(), theirs[i].grad->ptr(), mine[i].grad->size() * sizeof(float)) == 0);
+      }
+      const auto g = exec::compare_owned(cuda::owned(*dev), exec::owned(cpu), true);
+      CHECK(g.missing.empty());
+      CHECK(g.max_ref > 0);
+      CHECK((moe ? g.max_abs < 1e-5 : g.bitwise));
+      const double oracle = oracle_norm(*dev);
+      const double nd = dev->optimizer_step(opt), ns = seq->optimizer_step(opt), nc = cpu.optimizer_step(opt);
+      CHECK(nd == ns);
+      CHECK(nd == Approx(oracle).epsilon(1e-12));
+      if (!moe) CHECK(nd == nc);
+      const auto w = exec::compare_owned(cuda::owned(*dev), cuda::owned(*seq), false);
+      CHECK(w.missing.empty());
+      CHECK(w.bitwise);
+    }
+  }
 }

@@ -14,6 +14,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "ht/engine/exec/compare.hpp"
 #include "ht/engine/exec/executor.hpp"
 #include "ht/engine/memory_estimate.hpp"
 #include "ht/engine/model.hpp"
@@ -299,8 +300,42 @@ TEST_CASE("the executor rejects plans it cannot run with a clear error", "[exec]
   pc.pp = 2;
   pc.microbatches = 2;
   const auto p = patterns::parse("[*E]|-");
-  CHECK_THROWS_WITH(Executor(p, cfg, 1, schedule::build_plan(p, engine::exec::schedule_dims(cfg, 1, 8), pc, {})),
-                    Catch::Contains("DP = EP"));
+  auto odd = schedule::build_plan(p, engine::exec::schedule_dims(cfg, 1, 8), pc, {});
+  odd.ep = 4;  // as a hand-edited plan file could say
+  CHECK_THROWS_WITH(Executor(p, cfg, 1, odd), Catch::Contains("ep 4 must divide dp 2"));
+}
+
+// Oracle: the EP = DP executor (itself held to HybridModel above). With DP > EP each group of EP
+// consecutive DP ranks holds the experts once; an expert's gradient is the sum of its replicas'
+// (the EDP all-reduce) where EP = DP sums the same rows in one GEMM: equal within the
+// reassociation bound, and the replicas equal each other bit for bit. The clipping norm counts
+// each expert once (a replica counted twice would change it by far more than the bound).
+TEST_CASE("DP > EP: expert replicas sum their gradients and equal EP = DP within the reassociation bound", "[exec]") {
+  const auto cfg = tiny();
+  const int dp = 4, mbs = 2, b = 1, t = 8;
+  for (const char* text : {"[*E]-E", "M*-E"})
+    for (int ep : {1, 2}) {
+      CAPTURE(text, ep);
+      const auto p = patterns::parse(text);
+      const auto batches = make_batches(dp, mbs, b, t, cfg.vocab_size, 17);
+      Executor a(p, cfg, 3, engine::exec::ep_plan(p, cfg, b, t, ep, mbs, ep == 2, ep == 2, dp));
+      Executor c(p, cfg, 3, engine::exec::ep_plan(p, cfg, b, t, dp, mbs, false, false));
+      const auto ra = a.step(batches), rc = c.step(batches);
+      const double bound = static_cast<double>(dp) * mbs * b * t * std::ldexp(1.0, -24);
+      const auto d = engine::exec::compare_owned(engine::exec::owned(a), engine::exec::owned(c), true);
+      CHECK(d.missing.empty());
+      CHECK(d.max_ref > 0);
+      CHECK(d.max_abs <= bound * d.max_ref);
+      CHECK(std::fabs(ra.total - rc.total) <= bound * std::fabs(rc.total));
+      for (int r = ep; r < dp; ++r) {  // rank r holds rank r - ep's experts
+        auto mine = a.parameters(r), first = a.parameters(r - ep);
+        for (std::size_t i = 0; i < mine.size(); ++i)
+          if (a.owns(r, mine[i].canonical)) CHECK(same_bits(*mine[i].grad, *first[i].grad));
+      }
+      engine::AdamWConfig oc;
+      const double na = a.optimizer_step(oc), nc = c.optimizer_step(oc);
+      CHECK(std::fabs(na - nc) <= bound * nc);
+    }
 }
 
 TEST_CASE("a plan whose ranks wait for each other is refused before any rank runs", "[exec]") {

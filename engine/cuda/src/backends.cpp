@@ -136,10 +136,6 @@ std::vector<LayerComparison> compare_layers_cuda(std::uint64_t seed, const Layer
   return cuda_or_throw().compare_layers(seed, shape);
 }
 double measure_gemm_tflops_cuda(int n, int reps) { return cuda_or_throw().measure_gemm_tflops(n, reps); }
-std::unique_ptr<DataParallelModel> make_cuda_data_parallel(const patterns::ParsedPattern& p, const ModelConfig& cfg,
-                                                           std::uint64_t seed, int ranks) {
-  return cuda_or_throw().make_data_parallel(p, cfg, seed, ranks);
-}
 std::unique_ptr<DeviceExecutor> make_cuda_executor(const patterns::ParsedPattern& p, const ModelConfig& cfg,
                                                    std::uint64_t seed, schedule::Plan plan, DeviceExecutorOptions options) {
   return cuda_or_throw().make_executor(p, cfg, seed, std::move(plan), std::move(options));

@@ -6,7 +6,6 @@
 
 #include "dev_cuda.cuh"
 #include "ht/engine/cuda/dev/compare.hpp"
-#include "ht/engine/cuda/dev/data_parallel.hpp"
 #include "ht/engine/cuda/dev/executor.hpp"
 #include "ht/engine/cuda/dev/model.hpp"
 #include "ht/engine/cuda/device_model.hpp"
@@ -35,13 +34,6 @@ std::vector<LayerComparison> compare_layers_cuda(std::uint64_t seed, const Layer
 std::unique_ptr<DeviceModel> make_cuda_device_model(HybridModel<float>& host) {
   const std::string name = usable_gpu_or_throw();
   return std::make_unique<::ht::engine::dev::DeviceModelOn<::ht::engine::dev::Cuda>>(host, "cuda:" + name);
-}
-
-std::unique_ptr<DataParallelModel> make_cuda_data_parallel(const patterns::ParsedPattern& p, const ModelConfig& cfg,
-                                                           std::uint64_t seed, int ranks) {
-  const std::string name = usable_gpu_or_throw();
-  return std::make_unique<::ht::engine::dev::DataParallelOn<::ht::engine::dev::Cuda>>(
-      p, cfg, seed, ranks, "cuda:" + name + " (" + std::to_string(ranks) + " ranks sharing it)");
 }
 
 std::unique_ptr<DeviceExecutor> make_cuda_executor(const patterns::ParsedPattern& p, const ModelConfig& cfg,

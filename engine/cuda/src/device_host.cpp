@@ -5,7 +5,6 @@
 #include <string>
 
 #include "ht/engine/cuda/dev/compare.hpp"
-#include "ht/engine/cuda/dev/data_parallel.hpp"
 #include "ht/engine/cuda/dev/executor.hpp"
 #include "ht/engine/cuda/dev/model.hpp"
 #include "ht/engine/cuda/device_model.hpp"
@@ -20,11 +19,6 @@ std::vector<LayerComparison> compare_layers_host(std::uint64_t seed, const Layer
 
 std::unique_ptr<DeviceModel> make_host_device_model(HybridModel<float>& host) {
   return std::make_unique<::ht::engine::dev::DeviceModelOn<::ht::engine::dev::Host>>(host, "host emulation");
-}
-
-std::unique_ptr<DataParallelModel> make_host_data_parallel(const patterns::ParsedPattern& p, const ModelConfig& cfg,
-                                                           std::uint64_t seed, int ranks) {
-  return std::make_unique<::ht::engine::dev::DataParallelOn<::ht::engine::dev::Host>>(p, cfg, seed, ranks, "host emulation");
 }
 
 std::unique_ptr<DeviceExecutor> make_host_executor(const patterns::ParsedPattern& p, const ModelConfig& cfg,

@@ -29,8 +29,6 @@ struct CudaEntryPoints {
   std::vector<LayerComparison> (*compare_layers)(std::uint64_t, const LayerShape&);
   KernelTable (*measure_kernel_table)(const KernelBenchOptions&);
   double (*measure_gemm_tflops)(int, int);
-  std::unique_ptr<DataParallelModel> (*make_data_parallel)(const patterns::ParsedPattern&, const ModelConfig&,
-                                                           std::uint64_t, int);
   std::unique_ptr<DeviceExecutor> (*make_executor)(const patterns::ParsedPattern&, const ModelConfig&, std::uint64_t,
                                                    schedule::Plan, DeviceExecutorOptions);
   std::unique_ptr<ProcessGroup> (*make_nccl_group)();
@@ -51,8 +49,6 @@ std::vector<OpComparison> compare_cpu_vs_cuda(std::uint64_t seed, const CompareS
 std::vector<LayerComparison> compare_layers_cuda(std::uint64_t seed, const LayerShape& shape);
 KernelTable measure_kernel_table_cuda(const KernelBenchOptions& options);
 double measure_gemm_tflops_cuda(int n, int reps);
-std::unique_ptr<DataParallelModel> make_cuda_data_parallel(const patterns::ParsedPattern& p, const ModelConfig& cfg,
-                                                           std::uint64_t seed, int ranks);
 std::unique_ptr<DeviceExecutor> make_cuda_executor(const patterns::ParsedPattern& p, const ModelConfig& cfg,
                                                    std::uint64_t seed, schedule::Plan plan, DeviceExecutorOptions options);
 std::unique_ptr<ProcessGroup> make_nccl_group();

@@ -26,10 +26,10 @@ std::vector<std::vector<Batch>> random_batches(int ranks, int microbatches, int 
 }
 
 schedule::Plan ep_plan(const patterns::ParsedPattern& p, const ModelConfig& cfg, int batch, int seq, int ep,
-                       int microbatches, bool overlap, bool delay_wgrad) {
+                       int microbatches, bool overlap, bool delay_wgrad, int dp) {
   schedule::ParallelConfig pc;
   pc.ep = ep;
-  pc.dp = ep;
+  pc.dp = dp > 0 ? dp : ep;
   pc.microbatches = microbatches;
   schedule::ScheduleOptions so;
   so.overlap = overlap;

@@ -573,19 +573,24 @@ runtime::Work with_lifetimes(StateLifetimes& lifetimes, Executor::Impl& im, Rank
   };
 }
 
-// The data-parallel all-reduce of a rank's non-expert gradients, in parameter order.
-runtime::Work grad_all_reduce_work(const schedule::Node& node, RankModel& m, runtime::Communicator& dp_comm) {
-  if (node.symbols == "expert") throw EngineError(ErrorCode::BadConfig, "executor: expert all-reduce (dp > ep) not supported");
-  return [&m, &dp_comm] {
+// The data-parallel all-reduce of a rank's gradients, in parameter order: the non-expert ones over
+// the stage's DP group, or (DP > EP) the experts it holds over their replicas (the EDP group).
+runtime::Work grad_all_reduce_work(const schedule::Node& node, RankModel& m, runtime::Communicator& dp_comm,
+                                   runtime::Communicator& edp_comm) {
+  if (node.symbols != "expert" && node.symbols != "non_expert")
+    fail("all-reduce " + node.label() + " of '" + node.symbols + "' gradients is not run");
+  const bool experts = node.symbols == "expert";
+  runtime::Communicator& comm = experts ? edp_comm : dp_comm;
+  return [&m, &comm, experts] {
     std::vector<float> buf;
     auto params = list_params(m);
     for (auto& p : params)
-      if (p.expert < 0) buf.insert(buf.end(), p.grad->data.begin(), p.grad->data.end());
+      if ((p.expert >= 0) == experts) buf.insert(buf.end(), p.grad->data.begin(), p.grad->data.end());
     runtime::mark_span_cpu("pre_cpu_us");
-    dp_comm.all_reduce_sum(buf.data(), buf.size(), "gradient all-reduce");
+    comm.all_reduce_sum(buf.data(), buf.size(), experts ? "expert gradient all-reduce" : "gradient all-reduce");
     std::size_t at = 0;
     for (auto& p : params)
-      if (p.expert < 0) {
+      if ((p.expert >= 0) == experts) {
         std::copy_n(buf.begin() + static_cast<long>(at), p.grad->size(), p.grad->data.begin());
         at += p.grad->size();
       }
@@ -623,15 +628,34 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
   wo.link = im.options.link;
   wo.comm_realtime = im.options.comm_realtime;
   runtime::CpuWorld world(wo);
-  // Per pipeline stage one EP group (all-to-alls) and one DP group (gradient all-reduce) over
-  // its DP ranks (DP = EP: the same members, separate call sequences); one group of all ranks
-  // carries the pipeline's point-to-point transfers, addressed by global rank.
-  std::vector<std::vector<std::unique_ptr<runtime::Communicator>>> ep_comms, dp_comms;
+  // Per pipeline stage: one DP group over its DP ranks (the non-expert gradients' all-reduce);
+  // EP groups of EP consecutive DP ranks (the all-to-alls); EDP groups of the DP ranks holding the
+  // same experts (their gradients' all-reduce, DP > EP). One group of all ranks carries the
+  // pipeline's point-to-point transfers, addressed by global rank. comm[kind][global rank].
+  const int ep_n = im.plan.ep;
+  std::vector<std::vector<std::unique_ptr<runtime::Communicator>>> comms(3);
+  comms[0].resize(static_cast<std::size_t>(im.nranks));
+  comms[1].resize(static_cast<std::size_t>(im.nranks));
+  comms[2].resize(static_cast<std::size_t>(im.nranks));
+  const auto group = [&](int kind, const std::string& name, const std::vector<int>& members) {
+    auto made = world.transport().create_group(name, members);
+    for (std::size_t i = 0; i < members.size(); ++i)
+      comms[static_cast<std::size_t>(kind)][static_cast<std::size_t>(members[i])] = std::move(made[i]);
+  };
   for (int s = 0; s < pp; ++s) {
-    std::vector<int> members;
-    for (int d = 0; d < dp; ++d) members.push_back(im.rank_of(s, d));
-    ep_comms.push_back(world.transport().create_group("ep" + std::to_string(s), members));
-    dp_comms.push_back(world.transport().create_group("dp" + std::to_string(s), members));
+    std::vector<int> all;
+    for (int d = 0; d < dp; ++d) all.push_back(im.rank_of(s, d));
+    group(0, "dp" + std::to_string(s), all);
+    for (int g = 0; g < dp / ep_n; ++g) {
+      std::vector<int> ep_members;
+      for (int k = 0; k < ep_n; ++k) ep_members.push_back(im.rank_of(s, g * ep_n + k));
+      group(1, "ep" + std::to_string(s) + "." + std::to_string(g), ep_members);
+    }
+    for (int k = 0; k < ep_n; ++k) {
+      std::vector<int> replicas;
+      for (int g = 0; g < dp / ep_n; ++g) replicas.push_back(im.rank_of(s, g * ep_n + k));
+      group(2, "edp" + std::to_string(s) + "." + std::to_string(k), replicas);
+    }
   }
   std::vector<int> everyone(static_cast<std::size_t>(im.nranks));
   for (int r = 0; r < im.nranks; ++r) everyone[static_cast<std::size_t>(r)] = r;
@@ -672,8 +696,9 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
     const RankLayout& lo = im.at(r);
     const int ep = lo.ep_rank;  // which shard of the experts this rank holds
     RankModel& m = im.models[static_cast<std::size_t>(r)];
-    runtime::Communicator& comm = *ep_comms[static_cast<std::size_t>(lo.pp_rank)][static_cast<std::size_t>(lo.dp_rank)];
-    runtime::Communicator& dp_comm = *dp_comms[static_cast<std::size_t>(lo.pp_rank)][static_cast<std::size_t>(lo.dp_rank)];
+    runtime::Communicator& dp_comm = *comms[0][static_cast<std::size_t>(r)];
+    runtime::Communicator& comm = *comms[1][static_cast<std::size_t>(r)];
+    runtime::Communicator& edp_comm = *comms[2][static_cast<std::size_t>(r)];
     runtime::Communicator& pipe = *pipe_comms[static_cast<std::size_t>(r)];
     runtime::EventChains chains([&ctx] { return ctx.make_event(); });
     StateLifetimes lifetimes(im.plan, issue[static_cast<std::size_t>(r)]);
@@ -682,7 +707,7 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
       runtime::WorkLabel label{node.label(), std::string(schedule::to_string(node.slot)), schedule::node_args(node)};
       if (node.slot == Slot::GradAllReduce) {
         chains.wait_all(stream);
-        stream.enqueue(grad_all_reduce_work(node, m, dp_comm), label);
+        stream.enqueue(grad_all_reduce_work(node, m, dp_comm, edp_comm), label);
         return;
       }
       runtime::Work work = node_work(im, node, m, chunks[static_cast<std::size_t>(r)], ep, steps, comm, pipe);

@@ -16,6 +16,9 @@ StageLayout read_layout(const schedule::Plan& plan, int layers, int mtp_depths) 
     if (rp.rank != r || rp.pp_rank != r / plan.dp || rp.dp_rank != r % plan.dp)
       fail("plan rank " + std::to_string(r) + " is not pp rank " + std::to_string(r / plan.dp) + ", dp rank " +
            std::to_string(r % plan.dp));
+    if (plan.ep < 1 || rp.ep_rank != rp.dp_rank % plan.ep)
+      fail("plan rank " + std::to_string(r) + " is ep rank " + std::to_string(rp.ep_rank) + ", not dp rank " +
+           std::to_string(rp.dp_rank) + " mod ep " + std::to_string(plan.ep));
     auto& lo = out.ranks[static_cast<std::size_t>(r)];
     lo.pp_rank = rp.pp_rank;
     lo.dp_rank = rp.dp_rank;

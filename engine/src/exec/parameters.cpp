@@ -64,13 +64,14 @@ namespace {
 
 // Every parameter of the model once, from the rank that owns it, in one fixed order whatever the
 // pipeline split: DP column after column, each in the model's parameter order; non-expert
-// parameters (the same on every DP rank) from column 0, experts from their EP owners. The order
-// of the optimizer's norm and of the checkpoint.
+// parameters (the same on every DP rank) from column 0, experts from their owners in the first EP
+// group (DP > EP: the other groups' replicas are the same after the all-reduce). The order of the
+// optimizer's norm and of the checkpoint.
 std::vector<std::pair<int, ParamEntry>> model_once(const Executor& ex, Executor::Impl& im) {
   std::vector<std::pair<int, ParamEntry>> out;
   for (int d = 0; d < im.plan.dp; ++d)
     for (auto& [r, e] : model_column(im, d))
-      if (ex.owns(r, e.canonical) && (e.expert >= 0 || d == 0)) out.emplace_back(r, std::move(e));
+      if (ex.owns(r, e.canonical) && (e.expert >= 0 ? d < im.plan.ep : d == 0)) out.emplace_back(r, std::move(e));
   return out;
 }
 

@@ -20,9 +20,9 @@ namespace ht::engine::exec {
 std::vector<std::vector<Batch>> random_batches(int ranks, int microbatches, int batch, int seq, int vocab,
                                                std::uint64_t seed);
 
-// The plan of `p` on EP = DP ranks for (batch, seq) microbatches.
+// The plan of `p` on DP ranks (EP of them, or `dp` when given) for (batch, seq) microbatches.
 schedule::Plan ep_plan(const patterns::ParsedPattern& p, const ModelConfig& cfg, int batch, int seq, int ep,
-                       int microbatches, bool overlap, bool delay_wgrad);
+                       int microbatches, bool overlap, bool delay_wgrad, int dp = 0);
 
 // Owned parameters of `a` against the owner of the same canonical name in `b` (EP sizes may
 // differ): max |a - b|, max |b|, whether every byte is equal, the first differing name; a name

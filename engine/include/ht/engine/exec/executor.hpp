@@ -30,7 +30,8 @@
 // as with PP = 1, so PP = k (with or without VPP, sequential or interleaved 1F1B) equals PP = 1
 // bit for bit: loss, gradients, and parameters after optimizer steps.
 //
-// Scope today: DP = EP (every rank holds num_experts / EP experts); MTP depths with PP = 1 only
+// Scope today: EP divides DP (each group of EP consecutive DP ranks holds the experts once, and
+// their DP / EP copies sum their gradients over the EDP group); MTP depths with PP = 1 only
 // (with PP > 1 the last stage would need its own copy of the embedding).
 #pragma once
 

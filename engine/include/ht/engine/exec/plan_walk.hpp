@@ -161,13 +161,13 @@ inline int expert_index(const std::string& canonical) {
   return digits == 0 ? -1 : e;
 }
 
-// What both executors require of a plan before they run it for `pattern`: DP = EP (every rank holds
-// a shard of the experts), the plan built for this pattern (grouped or flattened alike, same MTP),
-// the experts dividing over EP. "" when it holds, else the reason.
+// What both executors require of a plan before they run it for `pattern`: EP dividing DP (each
+// group of EP consecutive DP ranks holds the experts once; DP / EP such groups hold replicas), the
+// plan built for this pattern (grouped or flattened alike, same MTP), the experts dividing over EP.
+// "" when it holds, else the reason.
 inline std::string plan_mismatch(const patterns::ParsedPattern& pattern, const schedule::Plan& plan, int num_experts) {
-  if (plan.dp != plan.ep)
-    return "runs DP = EP (every rank holds a shard of the experts); got dp " + std::to_string(plan.dp) + ", ep " +
-           std::to_string(plan.ep);
+  if (plan.ep < 1 || plan.dp < 1 || plan.dp % plan.ep != 0)
+    return "runs EP groups inside DP: ep " + std::to_string(plan.ep) + " must divide dp " + std::to_string(plan.dp);
   const auto planned = patterns::parse(plan.pattern);
   if (patterns::flatten(planned).flattened_symbols() != pattern.flattened_symbols() ||
       planned.logical_count() != pattern.logical_count() || planned.mtp != pattern.mtp ||

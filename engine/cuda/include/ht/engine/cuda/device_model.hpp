@@ -59,24 +59,6 @@ class DeviceModel {
 double measure_gemm_tflops_host(int n, int reps);
 double measure_gemm_tflops_cuda(int n, int reps);  // throws without a usable GPU
 
-// Data-parallel replicas of one model on one device (ranks sharing the device, dev/
-// data_parallel.hpp): forward and backward per rank, gradients summed in rank order on the device
-// (the executor's all-reduce), AdamW on every rank; the executor's global loss weights.
-class DataParallelModel {
- public:
-  virtual ~DataParallelModel() = default;
-  virtual std::string device() const = 0;
-  virtual int ranks() const = 0;
-  virtual std::vector<LossBreakdown> forward_backward(const std::vector<Batch>& batches) = 0;
-  virtual double adamw_step(const AdamWConfig& cfg) = 0;
-  virtual HybridModel<float>& host(int rank) = 0;  // weights and gradients downloaded
-};
-std::unique_ptr<DataParallelModel> make_host_data_parallel(const patterns::ParsedPattern& p, const ModelConfig& cfg,
-                                                           std::uint64_t seed, int ranks);
-// Throws std::runtime_error without a usable GPU or CUDA backend.
-std::unique_ptr<DataParallelModel> make_cuda_data_parallel(const patterns::ParsedPattern& p, const ModelConfig& cfg,
-                                                           std::uint64_t seed, int ranks);
-
 // A traced step as a timeline of the one-rank sequential plan it ran (EP 1, PP 1, one
 // microbatch): every span named and argued as that plan's node (schedule/node_args.hpp), so
 // `hybrid-twin calibrate` fits the twin's compute costs from it. Throws EngineError when a span

@@ -22,11 +22,12 @@
 // sequential plan holds one microbatch's state whatever the number of microbatches. With delayed
 // wgrad the backward leaves the weight GEMMs of its linear maps to the W node, which runs them
 // (exec/weight_steps.hpp, the CPU executor's bookkeeping too; the shared expert's, whose backward
-// runs in the combine, belong to pre_dispatch's W). So on one device the overlapped and the sequential plan give the same bits,
-// and grouped and flattened patterns too (blocks are found by canonical name).
-// The routed rows of each expert are those of every rank, expert-major with the sources in rank
-// order, as the CPU executor lays them out: on the host emulation the device executor equals it
-// bit for bit wherever the device layers equal the CPU's (every layer but SwiGLU's exp).
+// runs in the combine, belong to pre_dispatch's W). So on one device the overlapped and the
+// sequential plan give the same bits, and grouped and flattened patterns too (blocks are found by
+// canonical name). The routed rows of each expert are those of every rank of its EP group,
+// expert-major with the sources in rank order, as the CPU executor lays them out: on the host
+// emulation the device executor equals it bit for bit wherever the device layers equal the CPU's
+// (every layer but SwiGLU's exp).
 //
 // Processes. With a process group (process_group.hpp: mpirun, NCCL on GPUs or MPI on the host
 // emulation) each of the P processes runs a contiguous block of n/P ranks: it walks only its
@@ -36,8 +37,10 @@
 // the others' copies it received. The ranks' routing counts, losses and the clipping norm's running
 // sum go through the group too, so any split of the ranks over processes gives the bits of one.
 //
-// Scope: PP = 1, VPP = 1, DP = EP, no MTP depths, up to 8 ranks; the plan's other shapes are
-// refused with their reason.
+// Scope: PP = 1, VPP = 1, EP dividing DP (DP = EP across processes), no MTP depths, up to 8
+// ranks; the plan's other shapes are refused with their reason. With DP > EP each group of EP
+// consecutive ranks holds the experts once and exchanges tokens within itself; the DP / EP groups'
+// copies of an expert sum their gradients (the plan's expert all-reduce).
 #pragma once
 
 #include <cmath>
@@ -51,7 +54,6 @@
 #include <utility>
 #include <vector>
 
-#include "ht/engine/cuda/dev/data_parallel.hpp"
 #include "ht/engine/cuda/dev/model.hpp"
 #include "ht/engine/cuda/process_group.hpp"
 #include "ht/engine/exec/executor.hpp"
@@ -62,11 +64,25 @@
 
 namespace ht::engine::dev {
 
+// The ranks' copies of one gradient (up to 8 ranks): every copy becomes x_0 + x_1 + ... in rank
+// order (the CPU executor's all-reduce, communicator.hpp), one thread per element.
+struct RankBuffers {
+  float* g[8];
+};
+template <class D>
+void sum_over_ranks(RankBuffers ptrs, int n, long size) {
+  D::launch(size, [=] HT_HD(long i) {
+    float acc = ptrs.g[0][i];
+    for (int r = 1; r < n; ++r) acc += ptrs.g[r][i];
+    for (int r = 0; r < n; ++r) ptrs.g[r][i] = acc;
+  });
+}
+
 template <class D>
 class DevExecutor {
  public:
   using T = float;
-  static constexpr int kMaxRanks = DevDataParallel<D>::kMaxRanks;
+  static constexpr int kMaxRanks = 8;  // RankBuffers
   static constexpr const char* kWte = "embedding.word_embeddings.weight";
   static constexpr const char* kFinalNorm = "decoder.final_norm.weight";
   static constexpr const char* kOut = "output_layer.weight";
@@ -86,6 +102,9 @@ class DevExecutor {
       fail("runs pp 1, vpp 1 only (got pp " + std::to_string(plan_.pp) + ", vpp " +
            std::to_string(plan_.chunks) + ")");
     if (auto msg = exec::plan_mismatch(pattern, plan_, cfg.num_experts); !msg.empty()) fail(msg);
+    if (options_.group && plan_.dp != plan_.ep)
+      fail("runs DP = EP across processes (every rank holds a shard of the experts); got dp " +
+           std::to_string(plan_.dp) + ", ep " + std::to_string(plan_.ep));
     const int n = plan_.global_ranks();
     if (n != plan_.dp || n < 1 || n > kMaxRanks)
       fail("runs 1 to " + std::to_string(kMaxRanks) + " ranks sharing the device; the plan has " +
@@ -96,7 +115,8 @@ class DevExecutor {
     local_n_ = n / procs;
     first_ = (group() ? group()->process() : 0) * local_n_;
     const bool has_moe = pattern.has_moe();
-    local_experts_ = has_moe ? cfg.num_experts / n : 0;
+    ep_ = plan_.ep;
+    local_experts_ = has_moe ? cfg.num_experts / ep_ : 0;
     // Logical layers: their members' canonical prefixes (blocks are found by canonical name).
     const auto keys = patterns::layer_keys(pattern);
     std::size_t phys = 0;
@@ -185,7 +205,7 @@ class DevExecutor {
   }
   bool owns(int r, const std::string& canonical) const {
     const int e = exec::expert_index(canonical);
-    return e < 0 ? true : e / local_experts_ == r;
+    return e < 0 ? true : e / local_experts_ == ep_rank(r);
   }
 
   // AdamW on every rank with one global-norm clip, as exec::Executor::optimizer_step: the norm is
@@ -204,7 +224,7 @@ class DevExecutor {
         for (int r = first_; r < first_ + local_n_; ++r) {
           const auto& refs = ranks_[static_cast<std::size_t>(r)].params->refs();
           ss = ranks_[static_cast<std::size_t>(r)].params->sumsq_grads(
-              ss, [&](std::size_t i) { return r == 0 || exec::expert_index(refs[i].canonical) >= 0; });
+              ss, [&](std::size_t i) { return exec::expert_index(refs[i].canonical) >= 0 ? r < ep_ : r == 0; });
         }
       if (group()) ss = group()->all_gather({ss}).at(static_cast<std::size_t>(q));
     }
@@ -266,6 +286,8 @@ class DevExecutor {
     return chunks_.at(static_cast<std::size_t>(r)).at(static_cast<std::size_t>(mb));
   }
   int compute_stream(int r) const { return 1 + r - first_; }
+  // Rank r's place in its EP group (EP consecutive ranks; DP / EP groups hold replicas).
+  int ep_rank(int r) const { return r % ep_; }
   int comm_stream() const { return 1 + local_n_; }
   cuda::ProcessGroup* group() const { return options_.group; }
   int process_of(int r) const { return r / local_n_; }
@@ -287,7 +309,7 @@ class DevExecutor {
     std::vector<ParamRef<T>> held;
     for (auto& p : rk.host->parameters()) {
       const int e = exec::expert_index(p.canonical);
-      if (e < 0 || e / local_experts_ == r) {
+      if (e < 0 || e / local_experts_ == ep_rank(r)) {
         held.push_back(p);
       } else {  // drawn for the random stream, then dropped: another rank holds it
         *p.value = Tensor<T>{};
@@ -337,7 +359,7 @@ class DevExecutor {
     ls.staged = std::make_unique<DevParams<D, T>>(*rk.params, typename DevParams<D, T>::Staging{}, own);
     for (std::size_t i = 0; i < layer.symbols.size(); ++i)
       ls.blocks.push_back(make_dev_block<D, T>(layer.symbols[i], cfg_, *ls.staged, layer.prefixes[i], T(1),
-                                               ExpertShard{r * local_experts_, local_experts_}));
+                                               ExpertShard{ep_rank(r) * local_experts_, local_experts_}));
     return ls;
   }
   // A node of a local rank, in its issue order (exec::StateLifetimes): before it runs, the layer
@@ -501,7 +523,8 @@ class DevExecutor {
     const schedule::Node& first = *members.front();
     D::set_stream(comm_stream());
     if (first.slot == Slot::GradAllReduce) {
-      if (first.symbols == "expert") fail("expert all-reduce (dp > ep) is not run");
+      if (first.symbols != "expert" && first.symbols != "non_expert")
+        fail("all-reduce " + first.label() + " of '" + first.symbols + "' gradients is not run");
       for (const auto* m : members)
         if (local(m->rank))
           for (auto& cs : chunks_.at(static_cast<std::size_t>(m->rank)))
@@ -519,12 +542,15 @@ class DevExecutor {
     }
     if (first.slot != Slot::Dispatch && first.slot != Slot::Combine)
       fail("comm node " + first.label() + " (" + std::string(schedule::to_string(first.slot)) + ") does not run on the device executor");
-    if (static_cast<int>(members.size()) != ranks()) fail("all-to-all " + first.label() + " does not span the EP group");
+    const int base = first.rank - ep_rank(first.rank);  // the EP group: ranks [base, base + ep)
+    if (static_cast<int>(members.size()) != ep_) fail("all-to-all " + first.label() + " does not span the EP group");
     for (const auto* m : members) {
       check_mb(*m);
       if (m->slot != first.slot || m->phase != first.phase || m->microbatch != first.microbatch || m->layer != first.layer)
         fail("all-to-all pairs " + first.label() + " with " + m->label());
       if (!layer_of(*m).moe) fail("node " + m->label() + " is a comm node of a dense layer");
+      if (m->rank < base || m->rank >= base + ep_)
+        fail("all-to-all " + first.label() + " spans ranks of two EP groups");
       if (!local(m->rank)) continue;
       Chunk& cs = chunk(m->rank, m->microbatch);
       if (cs.chained) D::wait(cs.last);
@@ -537,19 +563,20 @@ class DevExecutor {
     const Event begin = D::record();
     const T eps = static_cast<T>(cfg_.norm_eps);
     const int c = cfg_.hidden;
+    const int lo = std::max(base, first_), hi = std::min(base + ep_, first_ + local_n_);  // local members
     if (first.slot == Slot::Dispatch && first.phase == Phase::Forward) {
-      dispatch_layout(mb, layer);
-      exchange(mb, layer, false, true);
+      dispatch_layout(mb, layer, base);
+      exchange(mb, layer, base, false, true);
     } else if (first.slot == Slot::Dispatch) {
-      exchange(mb, layer, true, false);
+      exchange(mb, layer, base, true, false);
     } else if (first.phase == Phase::Forward) {
-      exchange(mb, layer, false, false);
-      for (int r = first_; r < first_ + local_n_; ++r) {
+      exchange(mb, layer, base, false, false);
+      for (int r = lo; r < hi; ++r) {
         Chunk& cs = chunk(r, mb);
         cs.layers[static_cast<std::size_t>(layer)].blocks.back().forward_part(2, cs.h, eps, cs.b, cs.t, c);
       }
     } else {
-      for (int r = first_; r < first_ + local_n_; ++r) {
+      for (int r = lo; r < hi; ++r) {
         Chunk& cs = chunk(r, mb);
         // The shared expert's backward runs here; its weight GEMMs belong to pre_dispatch's W node
         // (reference 3.3: its forward and the rest of its slot are pre_dispatch's).
@@ -559,7 +586,7 @@ class DevExecutor {
         combine_flops[r] = D::gemm_flops_total() - before;
         if (options_.test_drop_residual_grad) cs.dh.assign_zero(cs.dh.size());
       }
-      exchange(mb, layer, true, true);
+      exchange(mb, layer, base, true, true);
     }
     const Event end = D::record();
     for (const auto* m : members) {
@@ -573,21 +600,24 @@ class DevExecutor {
   }
 
   // Rows per (source, local expert) from the sources' routing: each expert's rows, sources in rank
-  // order (exec::expert_major_rows). The sources' counts come from every process.
-  void dispatch_layout(int mb, int layer) {
-    const int n = ranks(), le_n = local_experts_, e_n = cfg_.num_experts;
+  // order (exec::expert_major_rows), in the EP group [base, base + ep). The sources' counts come
+  // from every process (a process group runs one EP group: DP = EP).
+  void dispatch_layout(int mb, int layer, int base) {
+    const int le_n = local_experts_, e_n = cfg_.num_experts;
+    const int lo = std::max(base, first_), hi = std::min(base + ep_, first_ + local_n_);
     std::vector<double> mine;
-    for (int s = first_; s < first_ + local_n_; ++s)
+    for (int s = lo; s < hi; ++s)
       for (const int k : moe_of(s, mb, layer).cache().tokens_per_expert) mine.push_back(k);
-    const std::vector<double> routed = gather(mine);  // [source][expert]
-    if (routed.size() != static_cast<std::size_t>(n) * e_n) fail("routing counts of " + std::to_string(routed.size() / e_n) + " ranks for " + std::to_string(n));
-    for (int p = first_; p < first_ + local_n_; ++p) {
+    const std::vector<double> routed = gather(mine);  // [source in the group][expert]
+    if (routed.size() != static_cast<std::size_t>(ep_) * e_n)
+      fail("routing counts of " + std::to_string(routed.size() / e_n) + " ranks for " + std::to_string(ep_));
+    for (int p = lo; p < hi; ++p) {
       MoeShardD<D, T>& sh = moe_of(p, mb, layer).shard();
-      sh.counts.assign(static_cast<std::size_t>(n), std::vector<int>(static_cast<std::size_t>(le_n), 0));
-      for (int s = 0; s < n; ++s)
+      sh.counts.assign(static_cast<std::size_t>(ep_), std::vector<int>(static_cast<std::size_t>(le_n), 0));
+      for (int s = 0; s < ep_; ++s)
         for (int le = 0; le < le_n; ++le)
           sh.counts[static_cast<std::size_t>(s)][static_cast<std::size_t>(le)] =
-              static_cast<int>(routed[static_cast<std::size_t>(s * e_n + p * le_n + le)]);
+              static_cast<int>(routed[static_cast<std::size_t>(s * e_n + ep_rank(p) * le_n + le)]);
       exec::expert_major_rows(sh.counts, le_n, sh.offset, sh.start);
     }
   }
@@ -597,11 +627,11 @@ class DevExecutor {
   // they are, in their permuted order (permuted_out / d permuted_in). Between two ranks of this
   // process a device copy, else a send or a receive, posted in (owner, source, expert) order on
   // both sides. The transfers are disjoint, so their order does not change a bit.
-  void exchange(int mb, int layer, bool backward, bool toward_experts) {
-    const int n = ranks(), le_n = local_experts_;
+  void exchange(int mb, int layer, int base, bool backward, bool toward_experts) {
+    const int le_n = local_experts_;
     const std::size_t c = static_cast<std::size_t>(cfg_.hidden);
     const auto idx = [](int i) { return static_cast<std::size_t>(i); };
-    for (int r = first_; r < first_ + local_n_; ++r) {
+    for (int r = std::max(base, first_); r < std::min(base + ep_, first_ + local_n_); ++r) {
       if (toward_experts) {
         MoeShardD<D, T>& sh = moe_of(r, mb, layer).shard();
         (backward ? sh.dout : sh.in).resize(static_cast<std::size_t>(sh.rows()) * c);
@@ -611,21 +641,22 @@ class DevExecutor {
       }
     }
     if (group()) group()->begin();
-    for (int p = 0; p < n; ++p) {
+    for (int p = base; p < base + ep_; ++p) {
       MoeShardD<D, T>* sh = local(p) ? &moe_of(p, mb, layer).shard() : nullptr;
       T* expert_rows = !sh ? nullptr : toward_experts ? (backward ? sh->dout : sh->in).get() : (backward ? sh->din : sh->out).get();
-      for (int s = 0; s < n; ++s) {
+      const int e0 = ep_rank(p) * le_n;  // p's first expert
+      for (int s = base; s < base + ep_; ++s) {
         if (!sh && !local(s)) continue;
         MoeCacheD<D, T>* cache = local(s) ? &moe_of(s, mb, layer).cache() : nullptr;
         T* token_rows = !cache ? nullptr
                         : toward_experts ? (backward ? cache->dpo : cache->permuted_in).get()
                                          : (backward ? cache->dpi : cache->permuted_out).get();
         for (int le = 0; le < le_n; ++le) {
-          const auto cnt = static_cast<std::size_t>(sh ? sh->counts[idx(s)][idx(le)]
-                                                       : cache->tokens_per_expert.at(idx(p * le_n + le)));
+          const auto cnt = static_cast<std::size_t>(sh ? sh->counts[idx(s - base)][idx(le)]
+                                                       : cache->tokens_per_expert.at(idx(e0 + le)));
           if (cnt == 0) continue;
-          T* at = sh ? expert_rows + static_cast<std::size_t>(sh->offset[idx(s)][idx(le)]) * c : nullptr;
-          T* from = cache ? token_rows + static_cast<std::size_t>(cache->expert_offset.at(idx(p * le_n + le))) * c : nullptr;
+          T* at = sh ? expert_rows + static_cast<std::size_t>(sh->offset[idx(s - base)][idx(le)]) * c : nullptr;
+          T* from = cache ? token_rows + static_cast<std::size_t>(cache->expert_offset.at(idx(e0 + le))) * c : nullptr;
           if (sh && cache) {
             if (toward_experts) D::copy(at, from, cnt * c);
             else D::copy(from, at, cnt * c);
@@ -641,15 +672,17 @@ class DevExecutor {
     }
     if (group()) group()->end();
   }
-  // Non-expert gradients: every rank's copy becomes the sum in rank order (the CPU executor's
-  // all-reduce), one thread per element reading every rank's buffer: this process's ranks' own,
-  // the other processes' ranks' received (each process sends its ranks' copies to every other).
+  // The non-expert gradients over the DP group, or (DP > EP) the experts' over their replicas:
+  // every member's copy becomes the sum in rank order (the CPU executor's all-reduce), one thread
+  // per element reading every member's buffer: this process's ranks' own, the other processes'
+  // ranks' received (each process sends its ranks' copies to every other).
   void all_reduce(const std::vector<const schedule::Node*>& members) {
     if (members.size() < 2) return;
-    DevParams<D, T>& first = *ranks_[static_cast<std::size_t>(first_)].params;
-    std::vector<std::size_t> shared;  // the non-expert parameters, by index
+    const bool experts = members.front()->symbols == "expert";
+    DevParams<D, T>& first = *ranks_[static_cast<std::size_t>(experts ? members.front()->rank : first_)].params;
+    std::vector<std::size_t> shared;  // the parameters summed, by index
     for (std::size_t i = 0; i < first.count(); ++i)
-      if (exec::expert_index(first.refs()[i].canonical) < 0) shared.push_back(i);
+      if ((exec::expert_index(first.refs()[i].canonical) >= 0) == experts) shared.push_back(i);
     std::vector<std::vector<Buf<D, T>>> received(members.size());  // [member][shared index]
     if (group()) {
       const int procs = group()->processes(), me = group()->process();
@@ -679,7 +712,8 @@ class DevExecutor {
           continue;
         }
         DevParams<D, T>& pm = *ranks_[static_cast<std::size_t>(q)].params;
-        if (pm.refs()[i].canonical != first.refs()[i].canonical) fail("ranks hold different non-expert parameters");
+        if (pm.refs()[i].canonical != first.refs()[i].canonical)
+          fail("the all-reduce's ranks hold different parameters");
         ptrs.g[m] = pm.grad_at(i);
       }
       sum_over_ranks<D>(ptrs, static_cast<int>(members.size()), static_cast<long>(first.size_at(i)));
@@ -729,7 +763,7 @@ class DevExecutor {
   ModelConfig cfg_;
   schedule::Plan plan_;
   Options options_;
-  int local_experts_ = 0;
+  int ep_ = 1, local_experts_ = 0;
   int first_ = 0, local_n_ = 1;  // this process's ranks: [first_, first_ + local_n_)
   std::vector<Layer> layers_;
   std::vector<Rank> ranks_;

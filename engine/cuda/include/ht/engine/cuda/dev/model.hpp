@@ -579,9 +579,7 @@ class DevModel {
     rmsnorm_forward<D, T>(h_final_.get(), fn_rstd_.get(), h_pre_final_.get(), params_.w(kFinalNorm), n, c, eps);
     logits_.resize(static_cast<std::size_t>(n) * v);
     output_forward<D, T>(logits_.get(), h_final_.get(), params_.w(kOut), n, c, v);
-    // One rank: HybridModel's weight. Data-parallel ranks: the executor's global weights (one over
-    // the tokens of all ranks, in double then rounded), so the summed gradients are its.
-    const T lm_weight = dp_ranks_ > 1 ? static_cast<T>(1.0 / (static_cast<double>(n) * dp_ranks_)) : T(1) / static_cast<T>(n);
+    const T lm_weight = T(1) / static_cast<T>(n);  // HybridModel's weight
     const std::vector<T> lm_w(static_cast<std::size_t>(n), lm_weight);
     lm_weights_ = upload<D>(lm_w.data(), lm_w.size());
     lse_.resize(static_cast<std::size_t>(n));
@@ -602,7 +600,7 @@ class DevModel {
       std::vector<T> wts(static_cast<std::size_t>(n), T(0));
       if (valid_t > 0) {
         const T w = static_cast<T>(cfg.mtp_loss_scaling) / static_cast<T>(depths) /
-                    static_cast<T>(static_cast<long>(b_) * valid_t * dp_ranks_);
+                    static_cast<T>(static_cast<long>(b_) * valid_t);
         for (int i = 0; i < b_; ++i)
           for (int j = 0; j < valid_t; ++j) wts[static_cast<std::size_t>(i * t_ + j)] = w;
       }
@@ -734,9 +732,6 @@ class DevModel {
   // GPU): what `train --backend cuda --trace` maps onto the nodes of a plan. MTP depths are not
   // traced yet (forward throws).
   void set_tracing(bool on) { tracing_ = on; }
-  // This model is one of `ranks` data-parallel replicas whose batches have its shape: the loss
-  // weights become the global ones (dev/data_parallel.hpp sums the gradients).
-  void set_data_parallel_ranks(int ranks) { dp_ranks_ = ranks; }
   DevParams<D, T>& params() { return params_; }
   struct TracedSpan {
     std::string slot;
@@ -816,7 +811,6 @@ class DevModel {
   std::vector<Block> blocks_;
   std::vector<std::size_t> layer_begin_;  // first block of each logical layer, then blocks_.size()
   bool tracing_ = false;
-  int dp_ranks_ = 1;
   std::vector<Mark> marks_;
   std::vector<Depth> mtp_;
   int b_ = 0, t_ = 0;

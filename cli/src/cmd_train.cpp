@@ -78,19 +78,17 @@ struct TrainArgs {
 // The memory check every path runs before it allocates (engine/memory_estimate.hpp); with
 // --estimate-memory it prints the estimate instead (JSON with --json) and the command stops: true.
 template <class Estimate>
-bool memory_gate(const TrainArgs& a, const patterns::ParsedPattern& parsed, Estimate&& estimate, int ranks,
-                 int replicas = 1) {
+bool memory_gate(const TrainArgs& a, const patterns::ParsedPattern& parsed, Estimate&& estimate, int ranks) {
   he::check_batch_tokens(a.batch, a.seq);  // before the sizes go into a model description
   const he::MemoryEstimate need = estimate();
   if (!a.estimate_memory) {
-    he::check_training_memory(need, parsed, a.batch, a.seq, replicas);
+    he::check_training_memory(need, parsed, a.batch, a.seq);
     return false;
   }
   const double gib = double(io::kGiB), available = io::available_memory_bytes();
   if (a.json_out) {
     std::cout << nlohmann::json{{"pattern", parsed.text},
                                 {"ranks", ranks},
-                                {"replicas", replicas},
                                 {"parameters", need.parameters},
                                 {"memory_gib", need.bytes / gib},
                                 {"activations_gib", need.activations / gib},
@@ -100,11 +98,9 @@ bool memory_gate(const TrainArgs& a, const patterns::ParsedPattern& parsed, Esti
               << "\n";
   } else {
     std::cout << std::setprecision(3) << "memory       about " << need.bytes / gib << " GiB for '" << parsed.text
-              << "' on " << ranks << (ranks == 1 ? " rank" : " ranks")
-              << (replicas > 1 ? " x " + std::to_string(replicas) + " replicas" : std::string()) << ": "
-              << need.parameters << " parameters with their gradients and AdamW moments ("
-              << (need.bytes - need.activations) / gib << " GiB) + " << need.activations / gib
-              << " GiB of activations at the plan's peak\n"
+              << "' on " << ranks << (ranks == 1 ? " rank" : " ranks") << ": " << need.parameters
+              << " parameters with their gradients and AdamW moments (" << (need.bytes - need.activations) / gib
+              << " GiB) + " << need.activations / gib << " GiB of activations at the plan's peak\n"
               << "available    " << available / gib << " GiB (" << (need.bytes <= available ? "fits" : "DOES NOT FIT")
               << ")\n";
   }
@@ -572,10 +568,10 @@ const Registration reg{{
                      "a thread each (cuda: GPUs 0..N-1, NCCL; cuda-host: N threads)")
           ->capture_default_str();
       sub.add_option("--backend", a->backend,
-                     "cpu; cuda: forward/backward and AdamW on the GPU (one model, --dp replicas, or with --ep "
-                     "and the other schedule flags EP ranks sharing the GPU); cuda-host: the same CUDA code on "
-                     "the host emulation (no GPU). Under mpirun -np P with --ep, each process runs EP/P of the "
-                     "ranks (cuda: one GPU per process on a node, NCCL; cuda-host: MPI)")
+                     "cpu; cuda: forward/backward and AdamW on the GPU (one model, or with --dp, --ep and the "
+                     "other schedule flags the device executor's ranks sharing the GPU); cuda-host: the same CUDA "
+                     "code on the host emulation (no GPU). Under mpirun -np P with --ep, each process runs EP/P of "
+                     "the ranks (cuda: one GPU per process on a node, NCCL; cuda-host: MPI)")
           ->check(CLI::IsMember({"cpu", "cuda", "cuda-host"}))
           ->capture_default_str();
       add_parallel_flags(sub, a->parallel);

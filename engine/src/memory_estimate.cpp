@@ -99,15 +99,11 @@ MemoryEstimate estimate_training_memory(const patterns::ParsedPattern& pattern, 
 }
 
 MemoryEstimate estimate_training_memory(const patterns::ParsedPattern& pattern, const ModelConfig& cfg, int batch,
-                                        int seq, int replicas) {
+                                        int seq) {
   const schedule::ModelDims dims = exec::schedule_dims(cfg, batch, seq);
   const schedule::ParallelConfig one;
   const schedule::Plan plan = schedule::build_plan(pattern, dims, one, schedule::ScheduleOptions{});
-  MemoryEstimate e = estimate_training_memory(pattern, dims, one, plan, false);
-  e.parameters *= replicas;
-  e.bytes *= replicas;
-  e.activations *= replicas;
-  return e;
+  return estimate_training_memory(pattern, dims, one, plan, false);
 }
 
 void check_batch_tokens(int batch, int seq) {
@@ -118,18 +114,15 @@ void check_batch_tokens(int batch, int seq) {
                                                 std::to_string(kMaxBatchTokens));
 }
 
-void check_training_memory(const MemoryEstimate& e, const patterns::ParsedPattern& pattern, int batch, int seq,
-                           int replicas) {
-  check_batch_tokens(batch, seq);
+void check_training_memory(const MemoryEstimate& e, const patterns::ParsedPattern& pattern, int batch, int seq) {
   const double available = io::available_memory_bytes();
   if (e.bytes > available)
-    throw EngineError(
-        ErrorCode::BadConfig,
-        "training '" + pattern.text + "' needs about " + figure(gib(e.bytes)) + " GiB (" + figure(e.parameters) +
-            " parameters with gradients and AdamW moments, plus " + figure(gib(e.activations)) +
-            " GiB of activations of " + std::to_string(batch) + " x " + std::to_string(seq) + " tokens" +
-            (replicas > 1 ? ", " + std::to_string(replicas) + " replicas" : std::string()) + "), more than the " +
-            figure(gib(available)) + " GiB this process may use; reduce the model sizes, --batch or --seq");
+    throw EngineError(ErrorCode::BadConfig,
+                      "training '" + pattern.text + "' needs about " + figure(gib(e.bytes)) + " GiB (" +
+                          figure(e.parameters) + " parameters with gradients and AdamW moments, plus " +
+                          figure(gib(e.activations)) + " GiB of activations of " + std::to_string(batch) + " x " +
+                          std::to_string(seq) + " tokens" + "), more than the " + figure(gib(available)) +
+                          " GiB this process may use; reduce the model sizes, --batch or --seq");
 }
 
 }  // namespace ht::engine

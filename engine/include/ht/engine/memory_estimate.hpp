@@ -23,7 +23,7 @@ schedule::MemoryModel engine_memory_model(const schedule::ModelDims& dims, bool 
 
 struct MemoryEstimate {
   double parameters = 0;   // elements held, summed over the ranks
-  double bytes = 0;        // every rank at its own peak, summed, x replicas
+  double bytes = 0;        // every rank at its own peak, summed
   double activations = 0;  // the activation part of `bytes`
 };
 
@@ -35,9 +35,9 @@ MemoryEstimate estimate_training_memory(const patterns::ParsedPattern& pattern, 
                                         bool staged_gradients, double host_copy_bytes = 0);
 
 // The one-rank trainer (HybridModel: one batch of batch x seq, forward then backward): the same
-// walk over its one-rank sequential plan, times `replicas`.
+// walk over its one-rank sequential plan.
 MemoryEstimate estimate_training_memory(const patterns::ParsedPattern& pattern, const ModelConfig& cfg, int batch,
-                                        int seq, int replicas = 1);
+                                        int seq);
 
 // Tokens of one batch (batch x seq) the engine accepts: int indexing stays exact far beyond it.
 inline constexpr std::int64_t kMaxBatchTokens = std::int64_t{1} << 24;
@@ -47,8 +47,7 @@ inline constexpr std::int64_t kMaxBatchTokens = std::int64_t{1} << 24;
 void check_batch_tokens(int batch, int seq);
 
 // Throws EngineError(BadConfig) naming the estimate and the limit (io::available_memory_bytes)
-// when the run cannot fit, or when batch x seq passes kMaxBatchTokens.
-void check_training_memory(const MemoryEstimate& estimate, const patterns::ParsedPattern& pattern, int batch, int seq,
-                           int replicas = 1);
+// when the run cannot fit (check_batch_tokens comes first: before the estimate is made).
+void check_training_memory(const MemoryEstimate& estimate, const patterns::ParsedPattern& pattern, int batch, int seq);
 
 }  // namespace ht::engine

@@ -17,6 +17,7 @@
 #include "ht/engine/checkpoint.hpp"
 #include "ht/engine/data.hpp"
 #include "ht/engine/exec/executor.hpp"
+#include "ht/engine/exec/plan_walk.hpp"
 #include "ht/engine/memory_estimate.hpp"
 #include "ht/engine/model.hpp"
 #include "ht/io/error.hpp"
@@ -204,10 +205,11 @@ int run_executor(TrainArgs a) {
   }
   const int ranks = ex.ranks, data_ranks = ex.data_ranks, mbs = a.parallel.microbatches;
   const auto corpus = he::load_corpus(a.data);
-  std::size_t nparams = 0;
+  std::size_t nparams = 0;  // the model's: non-expert ones from DP rank 0, experts from the first EP group
   for (int r = 0; r < ranks; ++r)
     for (auto& p : ex.owned.parameters(r))
-      if (ex.owned.owns(r, p.canonical) && (r % data_ranks == 0 || p.canonical.find(".experts.") != std::string::npos))
+      if (ex.owned.owns(r, p.canonical) &&
+          r % data_ranks < (he::exec::expert_index(p.canonical) >= 0 ? ex.plan->ep : 1))
         nparams += p.value->size();
   if (group) {  // every process counted its ranks' share
     const auto shares = group->all_gather({static_cast<double>(nparams)});

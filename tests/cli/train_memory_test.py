@@ -32,6 +32,13 @@ e = estimate(one)
 rc, out, _ = run(["train"] + one + ["--steps", "0", "--json"])
 held = json.loads(out)["parameters"] if rc == 0 else -1
 check(e.get("parameters") == held, f"one rank: the estimate's parameters are the model's ({e.get('parameters')} vs {held})")
+# Data-parallel runs report the model's parameters, each expert once whatever its replicas.
+for backend in ("cpu", "cuda-host"):
+    for dp, ep in ((2, 1), (4, 2)):
+        rc, out, _ = run(["train"] + one + ["--backend", backend, "--dp", str(dp), "--ep", str(ep), "--steps", "0",
+                                            "--json", "--no-overlap"])
+        got = json.loads(out)["parameters"] if rc == 0 else -1
+        check(got == held, f"{backend} --dp {dp} --ep {ep}: the model's parameters ({got} vs {held})")
 check(abs(e["memory_gib"] * 2**30 - (16 * e["parameters"] + e["activations_gib"] * 2**30)) < 1,
       "one rank: 16 bytes a parameter plus the activations")
 

@@ -56,15 +56,21 @@ __global__ inline void sum_partials(double* out, const double* partial, double a
 //
 // The cache keeps freed blocks by size and hands them out again instead of cudaMalloc/cudaFree:
 // cudaFree waits for the whole device, which would serialise every layer's scratch buffers with
-// the host. A block goes back to the free list of the stream that is current when it is released
-// and is handed out only on that stream: work queued there before the release finishes before
-// work queued after it was handed out again. (A buffer used on several streams is released only
-// after those streams were ordered by events, or after a device-wide synchronisation.)
+// the host. A block goes back to the free list of the stream that is current when it is released,
+// with an event recorded there. That stream takes it again at once: work queued there before the
+// release finishes before work queued after it. Another stream takes it only once the event has
+// completed, without waiting for it (the device executor's all-to-all buffers are allocated on the
+// comm stream and released on a rank's compute stream). A buffer used on several streams is
+// released only after those streams were ordered by events, so the event covers every use.
 struct CudaStream {
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
   void* workspace = nullptr;
-  std::multimap<std::size_t, void*> free_blocks;  // rounded size -> block
+  struct FreeBlock {
+    void* p;
+    cudaEvent_t freed;  // recorded on this stream at the release
+  };
+  std::multimap<std::size_t, FreeBlock> free_blocks;  // rounded size -> block
 };
 
 struct CudaContext {
@@ -96,12 +102,26 @@ struct CudaContext {
   cudaStream_t stream() { return cur().stream; }
   void* take(std::size_t bytes) {
     const std::size_t r = rounded(bytes);
-    auto& free_blocks = cur().free_blocks;
-    const auto it = free_blocks.find(r);
-    if (it != free_blocks.end()) {
-      void* p = it->second;
-      free_blocks.erase(it);
+    CudaStream& here = cur();
+    const auto reuse = [&](CudaStream& s, std::multimap<std::size_t, CudaStream::FreeBlock>::iterator it) {
+      void* p = it->second.p;
+      free_events.push_back(it->second.freed);
+      s.free_blocks.erase(it);
       return p;
+    };
+    if (const auto it = here.free_blocks.find(r); it != here.free_blocks.end()) return reuse(here, it);
+    for (auto& s : streams) {
+      if (&s == &here) continue;
+      const auto [lo, hi] = s.free_blocks.equal_range(r);
+      for (auto it = lo; it != hi; ++it) {
+        const cudaError_t done = cudaEventQuery(it->second.freed);
+        if (done == cudaErrorNotReady) {
+          cudaGetLastError();  // not an error: clear it, as the caller checks the last error
+          continue;
+        }
+        cuda::check(done, "cudaEventQuery");
+        return reuse(s, it);
+      }
     }
     void* p = nullptr;
     if (cudaMalloc(&p, r) != cudaSuccess) {  // out of memory: give the caches back and try once more
@@ -112,14 +132,27 @@ struct CudaContext {
     block_size[p] = r;
     return p;
   }
-  void give(void* p) { cur().free_blocks.emplace(block_size.at(p), p); }
+  void give(void* p) { cur().free_blocks.emplace(block_size.at(p), CudaStream::FreeBlock{p, record()}); }
+  // An event (from the pool) recorded on the current stream.
+  cudaEvent_t record() {
+    cudaEvent_t e = nullptr;
+    if (!free_events.empty()) {
+      e = free_events.back();
+      free_events.pop_back();
+    } else {
+      cuda::check(cudaEventCreate(&e), "cudaEventCreate");
+    }
+    cuda::check(cudaEventRecord(e, stream()), "cudaEventRecord");
+    return e;
+  }
   // Frees every cached block; waits for the device first, as blocks of other streams may be in use.
   void trim() {
     cudaDeviceSynchronize();
     for (auto& s : streams) {
-      for (auto& [size, p] : s.free_blocks) {
-        cudaFree(p);
-        block_size.erase(p);
+      for (auto& [size, b] : s.free_blocks) {
+        cudaFree(b.p);
+        block_size.erase(b.p);
+        free_events.push_back(b.freed);
       }
       s.free_blocks.clear();
     }
@@ -205,18 +238,7 @@ struct Cuda {
   }
   // Timing marks: CUDA events recorded on the stream, read back once they completed.
   using Event = cudaEvent_t;
-  static Event record() {
-    CudaContext& c = CudaContext::get();
-    cudaEvent_t e = nullptr;
-    if (!c.free_events.empty()) {
-      e = c.free_events.back();
-      c.free_events.pop_back();
-    } else {
-      cuda::check(cudaEventCreate(&e), "cudaEventCreate");
-    }
-    cuda::check(cudaEventRecord(e, c.stream()), "cudaEventRecord");
-    return e;
-  }
+  static Event record() { return CudaContext::get().record(); }
   static double seconds(Event from, Event to) {
     cuda::check(cudaEventSynchronize(to), "cudaEventSynchronize");
     float ms = 0;

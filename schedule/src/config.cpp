@@ -103,9 +103,9 @@ void validate(const ModelDims& d) {
   for (const ModelField& f : kFields)
     if (d.*f.member < f.min || d.*f.member > f.max)
       bad_model("model field '" + std::string(f.name) + "' = " + std::to_string(d.*f.member) +
-                (f.max == ModelField{}.max ? " must be >= " + std::to_string(f.min)
-                                           : " must be in [" + std::to_string(f.min) + ", " +
-                                                 std::to_string(f.max) + "]"));
+                (d.*f.member < f.min && f.max == ModelField{}.max
+                     ? " must be >= " + std::to_string(f.min)
+                     : " must be in [" + std::to_string(f.min) + ", " + std::to_string(f.max) + "]"));
   if (d.num_heads % d.num_kv_heads != 0)
     bad_model("num_heads = " + std::to_string(d.num_heads) + " must be a multiple of num_kv_heads = " +
               std::to_string(d.num_kv_heads));

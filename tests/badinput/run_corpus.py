@@ -310,6 +310,8 @@ CASES = [
     ("resume-good", 8, 0, ["train", "--resume", "ck", "--steps", "1", "--quiet"], "", lambda d: make_checkpoint(d), None),
     # 9. integer overflow
     ("overflow-seq", 9, 2, ["train", "--seq", "2147483647", "--steps", "1"], "tokens per step, more than the limit", None, None),
+    ("overflow-hidden-cap-named", 9, 2, ["simulate", "--pattern", "M*E", "--hidden", "2147483647"],
+     "'hidden' = 2147483647 must be in [1, 1073741824]", None, None),
     ("overflow-manifest-step", 9, 2, ["train", "--resume", "ck", "--steps", "1"], "outside [0, 2^53]",
      lambda d: (lambda ck: save_manifest(ck, {**manifest(ck), "step": 2**63 - 1}))(make_checkpoint(d)), None),
     ("overflow-link-latency", 9, 2, ["train", "--ep", "2", "--steps", "1", "--link-latency-us", "1e300"],

@@ -48,6 +48,9 @@ TEST_CASE("model files with unknown keys, wrong types or bad values are rejected
   CHECK_THAT(model_error(R"({"hidden": 1.5})"), Catch::Contains("'hidden' must be an integer"));
   CHECK_THAT(model_error(R"({"hidden": "64"})"), Catch::Contains("'hidden' must be an integer"));
   CHECK_THAT(model_error(R"({"hidden": 0})"), Catch::Contains("'hidden' = 0 must be >= 1"));
+  // Above the cap, the cap is named (not the lower bound the value passes).
+  CHECK_THAT(model_error(R"({"hidden": 2147483647})"),
+             Catch::Contains("'hidden' = 2147483647 must be in [1, 1073741824]"));
   CHECK_THAT(model_error(R"({"hidden": 99999999999})"), Catch::Contains("out of range"));
   CHECK_THAT(model_error(R"({"num_heads": 6, "num_kv_heads": 4})"),
              Catch::Contains("num_heads = 6 must be a multiple of num_kv_heads = 4"));

@@ -631,30 +631,27 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
   // Per pipeline stage: one DP group over its DP ranks (the non-expert gradients' all-reduce);
   // EP groups of EP consecutive DP ranks (the all-to-alls); EDP groups of the DP ranks holding the
   // same experts (their gradients' all-reduce, DP > EP). One group of all ranks carries the
-  // pipeline's point-to-point transfers, addressed by global rank. comm[kind][global rank].
+  // pipeline's point-to-point transfers, addressed by global rank. Each by global rank:
   const int ep_n = im.plan.ep;
-  std::vector<std::vector<std::unique_ptr<runtime::Communicator>>> comms(3);
-  comms[0].resize(static_cast<std::size_t>(im.nranks));
-  comms[1].resize(static_cast<std::size_t>(im.nranks));
-  comms[2].resize(static_cast<std::size_t>(im.nranks));
-  const auto group = [&](int kind, const std::string& name, const std::vector<int>& members) {
+  using Comms = std::vector<std::unique_ptr<runtime::Communicator>>;
+  Comms dp_of(static_cast<std::size_t>(im.nranks)), ep_of(dp_of.size()), edp_of(dp_of.size());
+  const auto group = [&](Comms& to, const std::string& name, const std::vector<int>& members) {
     auto made = world.transport().create_group(name, members);
-    for (std::size_t i = 0; i < members.size(); ++i)
-      comms[static_cast<std::size_t>(kind)][static_cast<std::size_t>(members[i])] = std::move(made[i]);
+    for (std::size_t i = 0; i < members.size(); ++i) to[static_cast<std::size_t>(members[i])] = std::move(made[i]);
   };
   for (int s = 0; s < pp; ++s) {
     std::vector<int> all;
     for (int d = 0; d < dp; ++d) all.push_back(im.rank_of(s, d));
-    group(0, "dp" + std::to_string(s), all);
+    group(dp_of, "dp" + std::to_string(s), all);
     for (int g = 0; g < dp / ep_n; ++g) {
       std::vector<int> ep_members;
       for (int k = 0; k < ep_n; ++k) ep_members.push_back(im.rank_of(s, g * ep_n + k));
-      group(1, "ep" + std::to_string(s) + "." + std::to_string(g), ep_members);
+      group(ep_of, "ep" + std::to_string(s) + "." + std::to_string(g), ep_members);
     }
     for (int k = 0; k < ep_n; ++k) {
       std::vector<int> replicas;
       for (int g = 0; g < dp / ep_n; ++g) replicas.push_back(im.rank_of(s, g * ep_n + k));
-      group(2, "edp" + std::to_string(s) + "." + std::to_string(k), replicas);
+      group(edp_of, "edp" + std::to_string(s) + "." + std::to_string(k), replicas);
     }
   }
   std::vector<int> everyone(static_cast<std::size_t>(im.nranks));
@@ -696,9 +693,9 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
     const RankLayout& lo = im.at(r);
     const int ep = lo.ep_rank;  // which shard of the experts this rank holds
     RankModel& m = im.models[static_cast<std::size_t>(r)];
-    runtime::Communicator& dp_comm = *comms[0][static_cast<std::size_t>(r)];
-    runtime::Communicator& comm = *comms[1][static_cast<std::size_t>(r)];
-    runtime::Communicator& edp_comm = *comms[2][static_cast<std::size_t>(r)];
+    runtime::Communicator& dp_comm = *dp_of[static_cast<std::size_t>(r)];
+    runtime::Communicator& comm = *ep_of[static_cast<std::size_t>(r)];
+    runtime::Communicator& edp_comm = *edp_of[static_cast<std::size_t>(r)];
     runtime::Communicator& pipe = *pipe_comms[static_cast<std::size_t>(r)];
     runtime::EventChains chains([&ctx] { return ctx.make_event(); });
     StateLifetimes lifetimes(im.plan, issue[static_cast<std::size_t>(r)]);

@@ -288,6 +288,10 @@ class DevExecutor {
   int compute_stream(int r) const { return 1 + r - first_; }
   // Rank r's place in its EP group (EP consecutive ranks; DP / EP groups hold replicas).
   int ep_rank(int r) const { return r % ep_; }
+  // The ranks of the EP group [base, base + ep) that run in this process: [first, second).
+  std::pair<int, int> local_members(int base) const {
+    return {std::max(base, first_), std::min(base + ep_, first_ + local_n_)};
+  }
   int comm_stream() const { return 1 + local_n_; }
   cuda::ProcessGroup* group() const { return options_.group; }
   int process_of(int r) const { return r / local_n_; }
@@ -563,7 +567,7 @@ class DevExecutor {
     const Event begin = D::record();
     const T eps = static_cast<T>(cfg_.norm_eps);
     const int c = cfg_.hidden;
-    const int lo = std::max(base, first_), hi = std::min(base + ep_, first_ + local_n_);  // local members
+    const auto [lo, hi] = local_members(base);
     if (first.slot == Slot::Dispatch && first.phase == Phase::Forward) {
       dispatch_layout(mb, layer, base);
       exchange(mb, layer, base, false, true);
@@ -604,7 +608,7 @@ class DevExecutor {
   // from every process (a process group runs one EP group: DP = EP).
   void dispatch_layout(int mb, int layer, int base) {
     const int le_n = local_experts_, e_n = cfg_.num_experts;
-    const int lo = std::max(base, first_), hi = std::min(base + ep_, first_ + local_n_);
+    const auto [lo, hi] = local_members(base);
     std::vector<double> mine;
     for (int s = lo; s < hi; ++s)
       for (const int k : moe_of(s, mb, layer).cache().tokens_per_expert) mine.push_back(k);
@@ -631,7 +635,8 @@ class DevExecutor {
     const int le_n = local_experts_;
     const std::size_t c = static_cast<std::size_t>(cfg_.hidden);
     const auto idx = [](int i) { return static_cast<std::size_t>(i); };
-    for (int r = std::max(base, first_); r < std::min(base + ep_, first_ + local_n_); ++r) {
+    const auto [lo, hi] = local_members(base);
+    for (int r = lo; r < hi; ++r) {
       if (toward_experts) {
         MoeShardD<D, T>& sh = moe_of(r, mb, layer).shard();
         (backward ? sh.dout : sh.in).resize(static_cast<std::size_t>(sh.rows()) * c);

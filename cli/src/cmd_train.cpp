@@ -118,7 +118,7 @@ bool memory_gate(const TrainArgs& a, const patterns::ParsedPattern& parsed, Esti
 //
 // --backend cuda|cuda-host: the same plan on the device EP executor (ranks sharing the device, a
 // compute stream each and one comm stream, AdamW on the device); no --link-* (the ranks copy on the
-// device) and the device executor's scope (PP 1, no MTP depths).
+// device) and the device executor's scope (PP 1).
 //
 // What run_executor drives: the CPU executor or a device executor.
 struct StepRunner {

@@ -229,8 +229,12 @@ TEST_CASE("device executor refuses plans it does not run and deadlocking issue o
   // A plan of another pattern.
   CHECK_THAT(msg([] { host_ex("M*E", plan_of("M[*E]-", 2, 1, false, false)); }),
              Catch::Contains("plan was built for pattern"));
-  // MTP depths.
-  CHECK_THAT(msg([] { host_ex("*E/*E", plan_of("*E/*E", 2, 1, false, false)); }), Catch::Contains("MTP"));
+  // MTP depths under the EP overlap (a plan the builder refuses, rule O3).
+  {
+    auto plan = plan_of("*E/*E", 2, 1, false, false);
+    plan.overlap = true;
+    CHECK_THAT(msg([&] { host_ex("*E/*E", plan); }), Catch::Contains("O3"));
+  }
   // Pipeline stages.
   {
     ht::schedule::ParallelConfig pc;
@@ -418,6 +422,44 @@ TEST_CASE("device executor: DP > EP equals the CPU executor, replicas of an expe
       const auto w = exec::compare_owned(cuda::owned(*dev), cuda::owned(*seq), false);
       CHECK(w.missing.empty());
       CHECK(w.bitwise);
+    }
+  }
+}
+
+TEST_CASE("device executor: MTP depths give the CPU executor's losses and gradients, bitwise without SwiGLU",
+          "[engine][dev-executor][mtp]") {
+  AdamWConfig opt;
+  opt.clip_norm = 0.05f;
+  // Two depths of attention (bitwise); one depth of MoE with a router loss scaled by the depths
+  // (within the float32 bound of SwiGLU's exp), over EP 2 and DP 2 or 4. MTP runs the sequential
+  // schedule only (rule O3), so without delayed wgrad (rule O10).
+  for (const auto& [text, dp, ep] :
+       {std::tuple{"[*]*/*/*", 2, 1}, std::tuple{"M*E/*E", 2, 2}, std::tuple{"M*E/*E", 4, 2}}) {
+    INFO(text << " dp " << dp << " ep " << ep);
+    const auto plan = exec::ep_plan(pat::parse(text), cfg(), 2, 6, ep, 2, false, false, dp);
+    auto dev = host_ex(text, plan);
+    exec::Executor cpu(pat::parse(text), cfg(), 5, plan);
+    const bool moe = pat::parse(text).has_moe();
+    for (int step = 0; step < 2; ++step) {
+      INFO("step " << step);
+      const auto batches = exec::random_batches(dp, 2, 2, 6, cfg().vocab_size, 60 + step);
+      dev->zero_grad();
+      cpu.zero_grad();
+      const auto rd = dev->step(batches), rc = cpu.step(batches);
+      if (!moe) CHECK(rd.loss == rc.loss);
+      CHECK(std::fabs(rd.total - rc.total) <= 1e-5 * std::fabs(rc.total));
+      const auto g = exec::compare_owned(cuda::owned(*dev), exec::owned(cpu), true);
+      CHECK(g.missing.empty());
+      CHECK((moe ? g.max_abs < 1e-5 : g.bitwise));
+      // The depths' own weights learn (their gradients are not left at zero).
+      for (const auto& p : dev->parameters(0))
+        if (p.canonical.rfind("mtp.layers.", 0) == 0 && p.canonical.find("eh_proj") != std::string::npos) {
+          INFO(p.canonical);
+          CHECK(std::any_of(p.grad->data.begin(), p.grad->data.end(), [](float x) { return x != 0.0f; }));
+        }
+      const double nd = dev->optimizer_step(opt), nc = cpu.optimizer_step(opt);
+      if (!moe) CHECK(nd == nc);
+      CHECK(nd == Approx(nc).epsilon(1e-5));
     }
   }
 }

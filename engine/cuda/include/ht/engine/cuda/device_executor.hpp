@@ -7,8 +7,9 @@
 // Several processes (mpirun) each run a block of the ranks through a ProcessGroup: NCCL between
 // GPUs, MPI on the host emulation; the results equal one process's bit for bit.
 //
-// Scope: PP = 1, VPP = 1, DP = EP, no MTP depths, up to 8 ranks; other plans are refused with an
-// EngineError(BadConfig) that names the reason.
+// Scope: PP = 1, VPP = 1, EP dividing DP (DP = EP across processes), MTP depths on the sequential
+// schedule, up to 8 ranks; other plans are refused with an EngineError(BadConfig) that names the
+// reason.
 #pragma once
 
 #include <cstdint>

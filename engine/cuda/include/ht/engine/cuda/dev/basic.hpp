@@ -20,6 +20,27 @@ void add_inplace(T* y, const T* x, long n) {
   D::launch(n, [=] HT_HD(long i) { y[i] += x[i]; });
 }
 
+// Rows of two (n, c) halves side by side, (n, 2c), and back: MTP's cat(enorm(emb), hnorm(h)),
+// the first half first, as Megatron concatenates.
+template <class D, class T>
+void concat_rows(T* out, const T* first, const T* second, int n, int c) {
+  D::launch(n, [=] HT_HD(long r) {
+    for (int j = 0; j < c; ++j) {
+      out[r * 2 * c + j] = first[r * c + j];
+      out[r * 2 * c + c + j] = second[r * c + j];
+    }
+  });
+}
+template <class D, class T>
+void split_rows(T* first, T* second, const T* in, int n, int c) {
+  D::launch(n, [=] HT_HD(long r) {
+    for (int j = 0; j < c; ++j) {
+      first[r * c + j] = in[r * 2 * c + j];
+      second[r * c + j] = in[r * 2 * c + c + j];
+    }
+  });
+}
+
 // out, x (n, c); w (c); rstd (n) is written for the backward.
 template <class D, class T>
 void rmsnorm_forward(T* out, T* rstd, const T* x, const T* w, int n, int c, T eps) {

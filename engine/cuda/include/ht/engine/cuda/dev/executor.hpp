@@ -37,8 +37,15 @@
 // the others' copies it received. The ranks' routing counts, losses and the clipping norm's running
 // sum go through the group too, so any split of the ranks over processes gives the bits of one.
 //
-// Scope: PP = 1, VPP = 1, EP dividing DP (DP = EP across processes), no MTP depths, up to 8
-// ranks; the plan's other shapes are refused with their reason. With DP > EP each group of EP
+// MTP depths (reference 3.4) run as the CPU executor runs them: the first depth's pre_dispatch
+// applies the final norm, each depth embeds its rolled tokens and projects cat(enorm(embedding),
+// hnorm(hidden)) into its inner layer, mtp_post applies its norm, and post_process runs every head
+// over the shared output layer; the hidden states two consumers read get their gradients merged
+// before their producer's backward. A depth's inner layer lives from its first node to the chunk's
+// end.
+//
+// Scope: PP = 1, VPP = 1, EP dividing DP (DP = EP across processes), up to 8 ranks; the plan's
+// other shapes are refused with their reason. With DP > EP each group of EP
 // consecutive ranks holds the experts once and exchanges tokens within itself; the DP / EP groups'
 // copies of an expert sum their gradients (the plan's expert all-reduce).
 #pragma once
@@ -96,8 +103,8 @@ class DevExecutor {
               Options options = {})
       : pattern_(pattern), cfg_(cfg), plan_(std::move(plan)), options_(options) {
     if (auto msg = schedule::beyond_engines(plan_); !msg.empty()) fail(msg);
-    if (pattern.mtp_depths > 0)
-      fail("MTP depths ('/" + pattern.mtp + "') do not run on the device executor yet (the device model runs them)");
+    if (pattern.mtp_depths > 0 && plan_.overlap)  // the builder's O3, also for plans built without it
+      fail("hybrid MTP ('/" + pattern.mtp + "') runs the sequential schedule only (rule O3)");
     if (plan_.pp != 1 || plan_.chunks != 1)
       fail("runs pp 1, vpp 1 only (got pp " + std::to_string(plan_.pp) + ", vpp " +
            std::to_string(plan_.chunks) + ")");
@@ -118,14 +125,10 @@ class DevExecutor {
     ep_ = plan_.ep;
     local_experts_ = has_moe ? cfg.num_experts / ep_ : 0;
     // Logical layers: their members' canonical prefixes (blocks are found by canonical name).
+    // MTP depth d's inner layer follows them (index trunk_ + d), its members under the depth's names.
     const auto keys = patterns::layer_keys(pattern);
     std::size_t phys = 0;
-    for (const auto& item : pattern.items()) {
-      Layer layer;
-      for (const char sym : item.symbols) {
-        layer.symbols.push_back(sym);
-        layer.prefixes.push_back("layers." + std::to_string(keys.at(phys++).physical) + ".");
-      }
+    const auto add_layer = [this](Layer layer) {
       const char last = layer.symbols.back();
       for (std::size_t i = 0; i + 1 < layer.symbols.size(); ++i)
         if (layer.symbols[i] == '-' || layer.symbols[i] == 'E')
@@ -133,6 +136,24 @@ class DevExecutor {
       layer.terminal = last == '-' || last == 'E';
       layer.moe = last == 'E';
       layers_.push_back(std::move(layer));
+    };
+    for (const auto& item : pattern.items()) {
+      Layer layer;
+      for (const char sym : item.symbols) {
+        layer.symbols.push_back(sym);
+        layer.prefixes.push_back("layers." + std::to_string(keys.at(phys++).physical) + ".");
+      }
+      add_layer(std::move(layer));
+    }
+    trunk_ = static_cast<int>(layers_.size());
+    const auto depth_prefixes = patterns::mtp_layer_prefixes(pattern);
+    for (int d = 0; d < pattern.mtp_depths; ++d) {
+      Layer layer;
+      layer.depth_prefix = depth_prefixes.at(static_cast<std::size_t>(d));
+      layer.prefixes = patterns::mtp_inner_prefixes(pattern, d);
+      layer.loss_scale = T(1) / static_cast<T>(pattern.mtp_depths);
+      for (const auto& item : pattern.mtp_items) layer.symbols.push_back(item.symbols.at(0));
+      add_layer(std::move(layer));
     }
     for (int r = 0; r < n; ++r) ranks_.push_back(local(r) ? build_rank(r, seed) : Rank{});
   }
@@ -151,6 +172,18 @@ class DevExecutor {
     const int n = ranks(), mbs = plan_.microbatches;
     const double tokens = exec::check_step_batches(batches, n, mbs, cfg_.vocab_size, "device executor");
     weight_ = static_cast<T>(1.0 / tokens);  // the CPU executor's CE weight per token
+    // MTP depth d: mtp_loss_scaling / depths over the step's positions with a token d + 1 ahead,
+    // in the CPU executor's float arithmetic.
+    const int depths = pattern_.mtp_depths;
+    mtp_weight_.assign(static_cast<std::size_t>(depths), T(0));
+    for (int d = 0; d < depths; ++d) {
+      long valid = 0;
+      for (const auto& rb : batches)
+        for (const auto& b : rb) valid += static_cast<long>(b.tokens.dim(0)) * std::max(0, b.tokens.dim(1) - (d + 1));
+      if (valid > 0)
+        mtp_weight_[static_cast<std::size_t>(d)] =
+            cfg_.mtp_loss_scaling / static_cast<T>(depths) / static_cast<T>(valid);
+    }
     chunks_.clear();
     chunks_.resize(static_cast<std::size_t>(n));
     for (int r = first_; r < first_ + local_n_; ++r)
@@ -165,13 +198,17 @@ class DevExecutor {
     run_plan();
     steps_->finish();
 
-    std::vector<double> mine;  // this process's ranks' losses, rank-major
+    // This process's ranks' losses, rank-major, summed as the CPU executor sums them: router losses
+    // in layer order (MTP depths last), the main loss, then the depths' losses.
+    std::vector<double> mine;
     for (int r = first_; r < first_ + local_n_; ++r)
       for (int mb = 0; mb < mbs; ++mb) {
         Chunk& cs = chunk(r, mb);
         double aux = 0;
         for (const double l : cs.router_loss) aux += l;
-        mine.push_back(cs.loss + aux);
+        double total = cs.loss + aux;
+        for (const auto& ms : cs.mtp) total += ms.loss;
+        mine.push_back(total);
       }
     const std::vector<double> all = gather(mine);
     exec::StepResult result;
@@ -243,6 +280,8 @@ class DevExecutor {
     std::string symbols;
     std::vector<std::string> prefixes;  // canonical "layers.<physical>." per member
     bool terminal = false, moe = false;
+    std::string depth_prefix;  // an MTP depth's inner layer: "mtp.layers.<d>." (else empty)
+    T loss_scale = T(1);       // router losses: 1 in the trunk, 1 / depths inside MTP (reference 5.1)
   };
   struct Rank {
     std::unique_ptr<HybridModel<T>> host;
@@ -256,13 +295,23 @@ class DevExecutor {
     std::unique_ptr<DevParams<D, T>> staged;
     std::vector<DevBlock<D, T>> blocks;
   };
+  // One MTP depth of a (rank, microbatch): its rolled tokens and loss weights, the norms and the
+  // projection's inputs, its head; `hout` is read by its head and by the next depth, so its
+  // gradient `d_hout` has two parts.
+  struct MtpState {
+    Buf<D, int> ids, targets;
+    Buf<D, T> weights, emb, en, hn, en_rstd, hn_rstd, hin, cat, pre, hout, fn_rstd, logits, lse, d_hout;
+    double loss = 0;
+  };
   // One (rank, microbatch): its layers' states, its hidden state; the losses stay after release.
   struct Chunk {
-    std::vector<LayerState> layers;
+    std::vector<LayerState> layers;   // the trunk's, then the MTP depths' inner layers
     std::vector<double> router_loss;  // per layer: its blocks' aux + z losses, kept at its release
+    std::vector<MtpState> mtp;
     int b = 0, t = 0;
     Buf<D, int> tokens, targets;
     Buf<D, T> h, dh, h_final, fn_rstd, logits, lm_weights, lse;
+    Buf<D, T> h_pre_final, d_h_final;  // with MTP: the final norm's input, its output's merged gradient
     double loss = 0;
     bool chained = false;
     Event last{};  // the chain's last node
@@ -334,6 +383,9 @@ class DevExecutor {
       } else if (layer.terminal) {
         mlp = rk.params->indices(layer.prefixes.back());
       }
+      if (!layer.depth_prefix.empty())  // the depth's own weights go with its pre_dispatch
+        for (const char* name : {"eh_proj.weight", "enorm.weight", "hnorm.weight"})
+          for (std::size_t k : rk.params->indices(layer.depth_prefix + name)) pre.push_back(k);
       rk.pre_w.push_back(std::move(pre));
       rk.mlp_w.push_back(std::move(mlp));
     }
@@ -349,6 +401,21 @@ class DevExecutor {
     cs.t = batch.tokens.dim(1);
     cs.tokens = upload<D>(batch.tokens.ptr(), batch.tokens.size());
     cs.targets = upload<D>(batch.targets.ptr(), batch.targets.size());
+    // Depth d sees the tokens rolled d + 1 steps left and predicts the token d + 1 ahead.
+    Tensor<int> ids = batch.tokens, tgt = batch.targets;
+    for (std::size_t d = 0; d < mtp_weight_.size(); ++d) {
+      MtpState ms;
+      ids = roll_left(ids);
+      tgt = roll_left(tgt);
+      ms.ids = upload<D>(ids.ptr(), ids.size());
+      ms.targets = upload<D>(tgt.ptr(), tgt.size());
+      std::vector<T> w(static_cast<std::size_t>(cs.b) * cs.t, T(0));
+      for (int i = 0; i < cs.b; ++i)
+        for (int j = 0; j + static_cast<int>(d) + 1 < cs.t; ++j)
+          w[static_cast<std::size_t>(i * cs.t + j)] = mtp_weight_[d];
+      ms.weights = upload<D>(w.data(), w.size());
+      cs.mtp.push_back(std::move(ms));
+    }
     return cs;
   }
 
@@ -362,7 +429,7 @@ class DevExecutor {
     LayerState ls;
     ls.staged = std::make_unique<DevParams<D, T>>(*rk.params, typename DevParams<D, T>::Staging{}, own);
     for (std::size_t i = 0; i < layer.symbols.size(); ++i)
-      ls.blocks.push_back(make_dev_block<D, T>(layer.symbols[i], cfg_, *ls.staged, layer.prefixes[i], T(1),
+      ls.blocks.push_back(make_dev_block<D, T>(layer.symbols[i], cfg_, *ls.staged, layer.prefixes[i], layer.loss_scale,
                                                ExpertShard{ep_rank(r) * local_experts_, local_experts_}));
     return ls;
   }
@@ -379,20 +446,32 @@ class DevExecutor {
   void end_node(const schedule::Node& node, exec::StateLifetimes::Ends ends) {
     if (!ends.last && !ends.chunk_done) return;
     Chunk* cs = &chunk(node.rank, node.microbatch);
-    const auto l = static_cast<std::size_t>(node.layer);
-    if (ends.last) {
+    const auto release = [cs](std::size_t l) {
       double loss = 0;
       for (auto& blk : cs->layers[l].blocks)
         loss += static_cast<double>(blk.branch->aux_loss()) + static_cast<double>(blk.branch->z_loss());
       cs->router_loss[l] = loss;
       cs->layers[l] = LayerState{};
+    };
+    if (ends.last) release(static_cast<std::size_t>(node.layer));
+    if (!ends.chunk_done) return;
+    for (std::size_t l = static_cast<std::size_t>(trunk_); l < layers_.size(); ++l) release(l);  // MTP depths
+    for (auto* b : {&cs->h, &cs->dh, &cs->h_final, &cs->fn_rstd, &cs->logits, &cs->lm_weights, &cs->lse,
+                    &cs->h_pre_final, &cs->d_h_final})
+      *b = {};
+    for (auto& ms : cs->mtp) {
+      const double loss = ms.loss;
+      ms = MtpState{};
+      ms.loss = loss;
     }
-    if (ends.chunk_done)
-      for (auto* b : {&cs->h, &cs->dh, &cs->h_final, &cs->fn_rstd, &cs->logits, &cs->lm_weights, &cs->lse}) *b = {};
+  }
+  // The layer state a node runs: a trunk layer's, or (an MTP node) its depth's inner layer's.
+  std::size_t index_of(const schedule::Node& node) const {
+    return static_cast<std::size_t>(node.mtp ? trunk_ + node.layer : node.layer);
   }
 
-  MoeBranchD<D, T>& moe_of(int r, int mb, int layer) {
-    auto& blocks = chunk(r, mb).layers.at(static_cast<std::size_t>(layer)).blocks;
+  MoeBranchD<D, T>& moe_of(int r, int mb, std::size_t layer) {
+    auto& blocks = chunk(r, mb).layers.at(layer).blocks;
     auto* m = dynamic_cast<MoeBranchD<D, T>*>(blocks.back().branch.get());
     if (!m) fail("layer " + std::to_string(layer) + " has no MoE terminal for its all-to-all");
     return *m;
@@ -406,12 +485,13 @@ class DevExecutor {
   }
 
   void check_mb(const schedule::Node& node) const {
-    if (node.microbatch < 0 || node.microbatch >= plan_.microbatches) fail("node " + node.label() + " names microbatch " + std::to_string(node.microbatch));
-    if (node.mtp) fail("node " + node.label() + " is an MTP node");
+    if (node.microbatch < 0 || node.microbatch >= plan_.microbatches)
+      fail("node " + node.label() + " names microbatch " + std::to_string(node.microbatch));
   }
   const Layer& layer_of(const schedule::Node& node) const {
-    if (node.layer < 0 || node.layer >= static_cast<int>(layers_.size())) fail("node " + node.label() + " names no layer");
-    return layers_[static_cast<std::size_t>(node.layer)];
+    const int count = node.mtp ? static_cast<int>(layers_.size()) - trunk_ : trunk_;
+    if (node.layer < 0 || node.layer >= count) fail("node " + node.label() + " names no layer");
+    return layers_[index_of(node)];
   }
 
   void run_compute(const schedule::Node& node) {
@@ -428,7 +508,7 @@ class DevExecutor {
     cs.chained = true;
     const bool experts = node.slot == schedule::Slot::Mlp && layer_of(node).moe;
     marks_.push_back({r, &node, begin, cs.last, D::gemm_flops_total() - flops,
-                      experts ? moe_of(r, node.microbatch, node.layer).shard().rows() : -1});
+                      experts ? moe_of(r, node.microbatch, index_of(node)).shard().rows() : -1});
     end_node(node, ends);
   }
 
@@ -452,9 +532,7 @@ class DevExecutor {
         return;
       case Slot::PostProcess:
         if (fwd) {
-          cs.h_final.resize(nc);
-          cs.fn_rstd.resize(static_cast<std::size_t>(n));
-          rmsnorm_forward<D, T>(cs.h_final.get(), cs.fn_rstd.get(), cs.h.get(), p.w(kFinalNorm), n, c, eps);
+          if (cs.mtp.empty()) final_norm_forward(cs, cs.h, p);  // with MTP the first depth applied it
           cs.logits.resize(static_cast<std::size_t>(n) * v);
           output_forward<D, T>(cs.logits.get(), cs.h_final.get(), p.w(kOut), n, c, v);
           const std::vector<T> w(static_cast<std::size_t>(n), weight_);
@@ -462,33 +540,67 @@ class DevExecutor {
           cs.lse.resize(static_cast<std::size_t>(n));
           cs.loss = static_cast<double>(
               cross_entropy_forward<D, T>(cs.lse.get(), cs.logits.get(), cs.targets.get(), cs.lm_weights.get(), n, v));
+          for (auto& ms : cs.mtp) {  // every depth's head over the shared output layer
+            ms.logits.resize(static_cast<std::size_t>(n) * v);
+            output_forward<D, T>(ms.logits.get(), ms.hout.get(), p.w(kOut), n, c, v);
+            ms.lse.resize(static_cast<std::size_t>(n));
+            ms.loss = static_cast<double>(
+                cross_entropy_forward<D, T>(ms.lse.get(), ms.logits.get(), ms.targets.get(), ms.weights.get(), n, v));
+          }
         } else if (bwd) {
-          Buf<D, T> dlogits, dhf;
-          dlogits.assign_zero(static_cast<std::size_t>(n) * v);
-          dhf.assign_zero(nc);
-          cross_entropy_backward<D, T>(dlogits.get(), cs.logits.get(), cs.targets.get(), cs.lm_weights.get(), cs.lse.get(),
-                                       n, v, T(1));
-          output_backward<D, T>(dhf.get(), p.g(kOut), dlogits.get(), cs.h_final.get(), p.w(kOut), n, c, v);
+          // The output layer's gradient sums the heads last depth first, then the main head (as the
+          // CPU executor); each head's hidden-state gradient is the first part of a merged one.
+          for (auto it = cs.mtp.rbegin(); it != cs.mtp.rend(); ++it)
+            head_backward(it->d_hout, it->logits, it->targets, it->weights, it->lse, it->hout, p, n);
+          Buf<D, T> dhf;
+          head_backward(dhf, cs.logits, cs.targets, cs.lm_weights, cs.lse, cs.h_final, p, n);
+          if (!cs.mtp.empty()) {
+            cs.d_h_final = std::move(dhf);
+            return;
+          }
           cs.dh.assign_zero(nc);
           rmsnorm_backward<D, T>(cs.dh.get(), p.g(kFinalNorm), dhf.get(), cs.h.get(), p.w(kFinalNorm), cs.fn_rstd.get(), n, c);
         }
         return;
+      case Slot::MtpPost: {
+        if (!node.mtp) fail("node " + node.label() + " is mtp_post of a decoder layer");
+        MtpState& ms = cs.mtp.at(static_cast<std::size_t>(node.layer));
+        const std::string norm = layer_of(node).depth_prefix + "final_layernorm.weight";
+        // Its weight gradient is never delayed (the slot has no W node).
+        if (fwd) {
+          ms.pre = std::move(cs.h);
+          ms.hout.resize(nc);
+          ms.fn_rstd.resize(static_cast<std::size_t>(n));
+          rmsnorm_forward<D, T>(ms.hout.get(), ms.fn_rstd.get(), ms.pre.get(), p.w(norm), n, c, eps);
+        } else if (bwd) {  // d_hout is whole: its head and the next depth both ran before
+          cs.dh.assign_zero(nc);
+          rmsnorm_backward<D, T>(cs.dh.get(), p.g(norm), ms.d_hout.get(), ms.pre.get(), p.w(norm),
+                                 ms.fn_rstd.get(), n, c);
+        }
+        return;
+      }
       case Slot::PreDispatch: {
         const Layer& layer = layer_of(node);
-        LayerState& ls = cs.layers[static_cast<std::size_t>(node.layer)];
+        const std::size_t l = index_of(node);
+        LayerState& ls = cs.layers[l];
+        if (node.mtp && fwd) {  // the depth's layer state lives from here to the chunk's end
+          ls = new_layer(r, l);
+          mtp_forward(node.layer, cs, p, ls);
+        }
         auto& blocks = ls.blocks;
         const std::size_t members = blocks.size() - (layer.terminal ? 1 : 0);
         if (fwd) {
           for (std::size_t i = 0; i < members; ++i) blocks[i].forward(cs.h, eps, cs.b, cs.t, c);
           if (layer.moe) blocks.back().forward_part(0, cs.h, eps, cs.b, cs.t, c);
         }
-        const auto flush = [&] { ls.staged->add_grads_to(p, rk.pre_w[static_cast<std::size_t>(node.layer)]); };
+        const auto flush = [&] { ls.staged->add_grads_to(p, rk.pre_w[l]); };
         if (bwd)
           // The MoE's router and norm (its residual's gradient is dh, parked since the combine),
           // then the members in reverse, their weight GEMMs to the slot's W node when it has one.
           steps_->backward(node, [&](WgradSink<T>* w) {
             if (layer.moe) blocks.back().backward_part(2, cs.dh, cs.b, cs.t, c);
             for (std::size_t i = members; i-- > 0;) blocks[i].backward(cs.dh, cs.b, cs.t, c, w);
+            if (node.mtp) mtp_backward(node.layer, cs, p, ls, w);
           }, flush);
         else if (!fwd)
           steps_->weight(node, flush);
@@ -497,14 +609,14 @@ class DevExecutor {
       case Slot::Mlp: {
         const Layer& layer = layer_of(node);
         if (!layer.terminal) return;
-        LayerState& ls = cs.layers[static_cast<std::size_t>(node.layer)];
+        LayerState& ls = cs.layers[index_of(node)];
         auto& blk = ls.blocks.back();
         if (fwd) {
           if (layer.moe) blk.forward_part(1, cs.h, eps, cs.b, cs.t, c);
           else blk.forward(cs.h, eps, cs.b, cs.t, c);
           return;
         }
-        const auto flush = [&] { ls.staged->add_grads_to(p, rk.mlp_w[static_cast<std::size_t>(node.layer)]); };
+        const auto flush = [&] { ls.staged->add_grads_to(p, rk.mlp_w[index_of(node)]); };
         if (bwd)
           steps_->backward(node, [&](WgradSink<T>* w) {
             if (layer.moe) blk.backward_part(1, cs.dh, cs.b, cs.t, c, w);
@@ -518,6 +630,77 @@ class DevExecutor {
         fail("slot " + std::string(schedule::to_string(node.slot)) + " of node " + node.label() +
              " does not run on the device executor");
     }
+  }
+
+  // The main final norm of h into the chunk's h_final.
+  void final_norm_forward(Chunk& cs, const Buf<D, T>& h, DevParams<D, T>& p) {
+    const int n = cs.b * cs.t, c = cfg_.hidden;
+    cs.h_final.resize(static_cast<std::size_t>(n) * c);
+    cs.fn_rstd.resize(static_cast<std::size_t>(n));
+    rmsnorm_forward<D, T>(cs.h_final.get(), cs.fn_rstd.get(), h.get(), p.w(kFinalNorm), n, c,
+                          static_cast<T>(cfg_.norm_eps));
+  }
+  // One head's backward: its cross-entropy and the shared output layer, into dh (made here).
+  void head_backward(Buf<D, T>& dh, const Buf<D, T>& logits, const Buf<D, int>& targets, const Buf<D, T>& weights,
+                     const Buf<D, T>& lse, const Buf<D, T>& h, DevParams<D, T>& p, int n) {
+    const int c = cfg_.hidden, v = cfg_.vocab_size;
+    Buf<D, T> dlogits;
+    dlogits.assign_zero(static_cast<std::size_t>(n) * v);
+    dh.assign_zero(static_cast<std::size_t>(n) * c);
+    cross_entropy_backward<D, T>(dlogits.get(), logits.get(), targets.get(), weights.get(), lse.get(), n, v, T(1));
+    output_backward<D, T>(dh.get(), p.g(kOut), dlogits.get(), h.get(), p.w(kOut), n, c, v);
+  }
+  // MTP depth d's pre_dispatch before its inner layer's: the first depth applies the final norm
+  // (the chunk's decoder output); the depth embeds its rolled tokens and projects cat(enorm(emb),
+  // hnorm(h)) into cs.h, the embedding half first, as Megatron concatenates.
+  void mtp_forward(int d, Chunk& cs, DevParams<D, T>& p, LayerState& ls) {
+    MtpState& ms = cs.mtp.at(static_cast<std::size_t>(d));
+    const std::string& pre = layers_[static_cast<std::size_t>(trunk_ + d)].depth_prefix;
+    const int n = cs.b * cs.t, c = cfg_.hidden;
+    const std::size_t nc = static_cast<std::size_t>(n) * c;
+    const T eps = static_cast<T>(cfg_.norm_eps);
+    if (d == 0) {
+      cs.h_pre_final = std::move(cs.h);
+      final_norm_forward(cs, cs.h_pre_final, p);
+    }
+    for (auto* b : {&ms.emb, &ms.en, &ms.hn, &ms.hin}) b->resize(nc);
+    for (auto* b : {&ms.en_rstd, &ms.hn_rstd}) b->resize(static_cast<std::size_t>(n));
+    embedding_forward<D, T>(ms.emb.get(), ms.ids.get(), p.w(kWte), n, c);
+    rmsnorm_forward<D, T>(ms.en.get(), ms.en_rstd.get(), ms.emb.get(), ls.staged->w(pre + "enorm.weight"), n, c, eps);
+    D::copy(ms.hin.get(), (d == 0 ? cs.h_final : cs.mtp[static_cast<std::size_t>(d - 1)].hout).get(), nc);
+    rmsnorm_forward<D, T>(ms.hn.get(), ms.hn_rstd.get(), ms.hin.get(), ls.staged->w(pre + "hnorm.weight"), n, c, eps);
+    ms.cat.resize(2 * nc);
+    concat_rows<D, T>(ms.cat.get(), ms.en.get(), ms.hn.get(), n, c);
+    cs.h.resize(nc);
+    D::gemm(cs.h.get(), ms.cat.get(), ls.staged->w(pre + "eh_proj.weight"), n, c, 2 * c, false, true, false);
+  }
+  // Its backward after the inner layer's (cs.dh: the projection's output gradient): the
+  // projection (its weight GEMM to the W node when it has one), the norms, the embedding; the
+  // hidden state it read gets its second part, and the first depth runs the final norm's backward.
+  void mtp_backward(int d, Chunk& cs, DevParams<D, T>& p, LayerState& ls, WgradSink<T>* w) {
+    MtpState& ms = cs.mtp.at(static_cast<std::size_t>(d));
+    const std::string& pre = layers_[static_cast<std::size_t>(trunk_ + d)].depth_prefix;
+    const int n = cs.b * cs.t, c = cfg_.hidden;
+    const std::size_t nc = static_cast<std::size_t>(n) * c;
+    DevParams<D, T>& st = *ls.staged;
+    Buf<D, T> dcat, den(nc), dhn(nc), demb, dhin;
+    dcat.assign_zero(2 * nc);
+    D::gemm(dcat.get(), cs.dh.get(), st.w(pre + "eh_proj.weight"), n, 2 * c, c, false, false, true);
+    weight_gemm<D, T>(st.g(pre + "eh_proj.weight"), cs.dh.get(), ms.cat.get(), n, 2 * c, c, w);
+    split_rows<D, T>(den.get(), dhn.get(), dcat.get(), n, c);
+    demb.assign_zero(nc);
+    rmsnorm_backward<D, T>(demb.get(), st.g(pre + "enorm.weight"), den.get(), ms.emb.get(), st.w(pre + "enorm.weight"),
+                           ms.en_rstd.get(), n, c);
+    embedding_backward<D, T>(p.g(kWte), demb.get(), ms.ids.get(), n, c);
+    dhin.assign_zero(nc);
+    rmsnorm_backward<D, T>(dhin.get(), st.g(pre + "hnorm.weight"), dhn.get(), ms.hin.get(), st.w(pre + "hnorm.weight"),
+                           ms.hn_rstd.get(), n, c);
+    Buf<D, T>& parked = d == 0 ? cs.d_h_final : cs.mtp[static_cast<std::size_t>(d - 1)].d_hout;
+    add_inplace<D, T>(parked.get(), dhin.get(), static_cast<long>(nc));
+    if (d > 0) return;
+    cs.dh.assign_zero(nc);  // the final norm's backward, once, on the merged gradient
+    rmsnorm_backward<D, T>(cs.dh.get(), p.g(kFinalNorm), cs.d_h_final.get(), cs.h_pre_final.get(), p.w(kFinalNorm),
+                           cs.fn_rstd.get(), n, c);
   }
 
   // ---- collectives on the comm stream: the members' exchanges, after every member's chain ----
@@ -562,7 +745,8 @@ class DevExecutor {
     std::map<const schedule::Node*, exec::StateLifetimes::Ends> ends;
     for (const auto* m : members)
       if (local(m->rank)) ends[m] = begin_node(*m);
-    const int mb = first.microbatch, layer = first.layer;
+    const int mb = first.microbatch;
+    const std::size_t layer = index_of(first);
     std::map<int, double> combine_flops;  // rank -> the shared expert's GEMMs in its combine backward
     const Event begin = D::record();
     const T eps = static_cast<T>(cfg_.norm_eps);
@@ -577,7 +761,7 @@ class DevExecutor {
       exchange(mb, layer, base, false, false);
       for (int r = lo; r < hi; ++r) {
         Chunk& cs = chunk(r, mb);
-        cs.layers[static_cast<std::size_t>(layer)].blocks.back().forward_part(2, cs.h, eps, cs.b, cs.t, c);
+        cs.layers[layer].blocks.back().forward_part(2, cs.h, eps, cs.b, cs.t, c);
       }
     } else {
       for (int r = lo; r < hi; ++r) {
@@ -585,8 +769,8 @@ class DevExecutor {
         // The shared expert's backward runs here; its weight GEMMs belong to pre_dispatch's W node
         // (reference 3.3: its forward and the rest of its slot are pre_dispatch's).
         const double before = D::gemm_flops_total();
-        cs.layers[static_cast<std::size_t>(layer)].blocks.back().backward_part(
-            0, cs.dh, cs.b, cs.t, c, steps_->sink({r, mb, false, layer, Slot::PreDispatch}));
+        cs.layers[layer].blocks.back().backward_part(0, cs.dh, cs.b, cs.t, c,
+                                                     steps_->sink({r, mb, first.mtp, first.layer, Slot::PreDispatch}));
         combine_flops[r] = D::gemm_flops_total() - before;
         if (options_.test_drop_residual_grad) cs.dh.assign_zero(cs.dh.size());
       }
@@ -606,7 +790,7 @@ class DevExecutor {
   // Rows per (source, local expert) from the sources' routing: each expert's rows, sources in rank
   // order (exec::expert_major_rows), in the EP group [base, base + ep). The sources' counts come
   // from every process (a process group runs one EP group: DP = EP).
-  void dispatch_layout(int mb, int layer, int base) {
+  void dispatch_layout(int mb, std::size_t layer, int base) {
     const int le_n = local_experts_, e_n = cfg_.num_experts;
     const auto [lo, hi] = local_members(base);
     std::vector<double> mine;
@@ -631,7 +815,7 @@ class DevExecutor {
   // they are, in their permuted order (permuted_out / d permuted_in). Between two ranks of this
   // process a device copy, else a send or a receive, posted in (owner, source, expert) order on
   // both sides. The transfers are disjoint, so their order does not change a bit.
-  void exchange(int mb, int layer, int base, bool backward, bool toward_experts) {
+  void exchange(int mb, std::size_t layer, int base, bool backward, bool toward_experts) {
     const int le_n = local_experts_;
     const std::size_t c = static_cast<std::size_t>(cfg_.hidden);
     const auto idx = [](int i) { return static_cast<std::size_t>(i); };
@@ -779,6 +963,8 @@ class DevExecutor {
   std::vector<exec::StateLifetimes> lifetimes_;     // [rank], during a step
   std::vector<Mark> marks_;
   T weight_ = 0;
+  std::vector<T> mtp_weight_;  // per MTP depth: the CE weight of a valid position, this step
+  int trunk_ = 0;              // the trunk's logical layers (the MTP depths' inner layers follow)
 };
 
 }  // namespace ht::engine::dev

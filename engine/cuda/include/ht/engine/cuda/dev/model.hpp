@@ -617,17 +617,9 @@ class DevModel {
       rmsnorm_forward<D, T>(md.hn.get(), md.hn_rstd.get(), md.hin.get(), params_.w(md.prefix + "hnorm.weight"), n, c, eps);
       // eh_proj(cat(enorm(emb), hnorm(h))): the embedding half first, as Megatron concatenates.
       md.cat.resize(2 * nc);
-      T* cat = md.cat.get();
-      const T* en = md.en.get();
-      const T* hn = md.hn.get();
-      D::launch(n, [=] HT_HD(long r) {
-        for (int j = 0; j < c; ++j) {
-          cat[r * 2 * c + j] = en[r * c + j];
-          cat[r * 2 * c + c + j] = hn[r * c + j];
-        }
-      });
+      concat_rows<D, T>(md.cat.get(), md.en.get(), md.hn.get(), n, c);
       Buf<D, T> x(nc);
-      D::gemm(x.get(), cat, params_.w(md.prefix + "eh_proj.weight"), n, c, 2 * c, false, true, false);
+      D::gemm(x.get(), md.cat.get(), params_.w(md.prefix + "eh_proj.weight"), n, c, 2 * c, false, true, false);
       for (auto& blk : md.blocks) {
         blk.forward(x, eps, b_, t_, c);
         loss.aux += static_cast<double>(blk.branch->aux_loss());
@@ -673,15 +665,7 @@ class DevModel {
       D::gemm(dcat.get(), dx.get(), params_.w(md.prefix + "eh_proj.weight"), n, 2 * c, c, false, false, true);
       D::gemm(params_.g(md.prefix + "eh_proj.weight"), dx.get(), md.cat.get(), c, 2 * c, n, true, false, true);
       Buf<D, T> den(nc), dhn(nc);
-      T* de = den.get();
-      T* dhh = dhn.get();
-      const T* dc = dcat.get();
-      D::launch(n, [=] HT_HD(long r) {
-        for (int j = 0; j < c; ++j) {
-          de[r * c + j] = dc[r * 2 * c + j];
-          dhh[r * c + j] = dc[r * 2 * c + c + j];
-        }
-      });
+      split_rows<D, T>(den.get(), dhn.get(), dcat.get(), n, c);
       Buf<D, T> demb = zeros(nc);
       rmsnorm_backward<D, T>(demb.get(), params_.g(md.prefix + "enorm.weight"), den.get(), md.emb.get(),
                              params_.w(md.prefix + "enorm.weight"), md.en_rstd.get(), n, c);

@@ -131,6 +131,50 @@ struct StepRunner {
   he::exec::Owned owned;
 };
 
+// --checkpoint: the directory written every --checkpoint-every steps and at the end. With one,
+// SIGINT/SIGTERM stop the run between steps (or abandon a checkpoint being written): the last
+// completed checkpoint stays loadable, and the exit code is 128 + signal.
+class Checkpointer {
+ public:
+  explicit Checkpointer(const TrainArgs& a) : a_(a) {
+    if (!a.checkpoint.empty()) deferred_.emplace();
+  }
+  bool on() const { return !a_.checkpoint.empty(); }
+  // Whether to write after step `done` (1-based) of this run's steps, before the last: every N.
+  bool due(int done) const {
+    return on() && a_.checkpoint_every > 0 && done % a_.checkpoint_every == 0 && done < a_.steps;
+  }
+  // Writes `model` and `state` (what `fill` puts there first) as step `at`, or returns the exit
+  // code of an interrupted run.
+  std::optional<int> save(std::int64_t at, const std::function<void()>& fill, he::HybridModel<float>& model,
+                          const he::AdamWState<float>& state) {
+    if (io::interrupt_signal() != 0) return stop(at);
+    fill();
+    try {
+      he::save_checkpoint(a_.checkpoint, model, &state, at, a_.seed);
+    } catch (const io::IoError& e) {
+      if (e.code() == io::IoErrorCode::Interrupted) return stop(at);
+      throw;
+    }
+    saved_ = at;
+    return std::nullopt;
+  }
+  // The exit code of a run interrupted after step `done`, with a line saying what was kept.
+  int stop(std::int64_t done) const {
+    const int sig = io::interrupt_signal();
+    io::log::Line("train", false) << "interrupted by " << io::signal_name(sig) << " after step " << done
+                                  << "; checkpoint '" << a_.checkpoint << "' "
+                                  << (saved_ ? "holds step " + std::to_string(*saved_)
+                                             : std::string("was left as it was"));
+    return 128 + sig;
+  }
+
+ private:
+  const TrainArgs& a_;
+  std::optional<io::DeferredInterrupts> deferred_;
+  std::optional<std::int64_t> saved_;
+};
+
 // --trace of process p > 0 under mpirun: the name with ".proc<p>" before its extension (process 0
 // writes the name given).
 std::string process_trace_path(const std::string& path, const he::cuda::ProcessGroup* group) {
@@ -143,10 +187,16 @@ std::string process_trace_path(const std::string& path, const he::cuda::ProcessG
 }
 
 int run_executor(TrainArgs a) {
-  if (!a.resume.empty() || !a.checkpoint.empty() || !a.import_gpt.empty())
-    throw UsageError("--checkpoint, --resume and --import-gpt train one model without the executor; drop --ep, "
-                     "--dp, --microbatches, --overlap, --link-* and --trace to use them");
   if (a.parallel.dp == 1) a.parallel.dp = a.parallel.ep;  // EP groups inside DP: at least EP ranks
+  const bool checkpoints = !a.resume.empty() || !a.checkpoint.empty() || !a.import_gpt.empty();
+  if (checkpoints && he::cuda::launch_from_env().size > 1)
+    throw UsageError("--checkpoint, --resume and --import-gpt run in one process: not under mpirun yet");
+  if (!a.resume.empty()) {  // the checkpoint defines the model; dimension flags are ignored
+    const auto manifest = he::read_manifest(a.resume);
+    a.cfg = manifest.config;
+    a.seed = manifest.seed;
+    if (a.pattern.empty()) a.pattern = manifest.pattern;
+  }
   const std::string pattern_text = a.pattern.empty() ? "M*-E" : a.pattern;
   const auto parsed = patterns::parse(pattern_text);
   const schedule::ScheduleOptions so = a.schedule_flags.resolve(a.parallel, parsed.mtp_depths);
@@ -169,6 +219,7 @@ int run_executor(TrainArgs a) {
     return he::estimate_training_memory(parsed, dims, a.parallel, plan, true, a.backend == "cpu" ? 0.0 : 8.0);
   };
   if (memory_gate(a, parsed, need, layout_ranks)) return 0;
+  if (!a.checkpoint.empty()) io::check_output_directory(a.checkpoint, "checkpoint directory");
   if (!a.trace.empty()) io::check_output_file(process_trace_path(a.trace, group.get()), "trace");
   std::unique_ptr<he::exec::Executor> cpu;
   std::unique_ptr<he::cuda::DeviceExecutor> dev;
@@ -204,6 +255,18 @@ int run_executor(TrainArgs a) {
           he::cuda::owned(e)};
   }
   const int ranks = ex.ranks, data_ranks = ex.data_ranks, mbs = a.parallel.microbatches;
+  // Checkpoints as one model's (engine/checkpoint.hpp, the format of a run without executor flags):
+  // each parameter and its moments from an owner; on resume every holder takes them.
+  std::optional<he::HybridModel<float>> whole;
+  he::AdamWState<float> state;
+  std::int64_t start_step = 0;
+  if (checkpoints) whole.emplace(parsed, a.cfg, a.seed);
+  if (!a.resume.empty()) start_step = he::load_checkpoint(a.resume, *whole, &state).step;
+  if (!a.import_gpt.empty()) he::import_gpt(a.import_gpt, *whole);
+  if (!a.resume.empty() || !a.import_gpt.empty())
+    he::exec::scatter_model(ex.owned, *whole, a.resume.empty() ? nullptr : &state);
+  Checkpointer saver(a);
+  const auto gather = [&] { he::exec::gather_model(ex.owned, *whole, &state); };
   const auto corpus = he::load_corpus(a.data);
   std::size_t nparams = 0;  // the model's: non-expert ones from DP rank 0, experts from the first EP group
   for (int r = 0; r < ranks; ++r)
@@ -231,11 +294,12 @@ int run_executor(TrainArgs a) {
   traces::OverlapSummary last_summary;
   const std::int64_t per_step = static_cast<std::int64_t>(data_ranks) * mbs;
   for (int i = 0; i < a.steps; ++i) {
+    const std::int64_t step = start_step + i;
     std::vector<std::vector<he::Batch>> batches(static_cast<std::size_t>(data_ranks));
     for (int r = 0; r < data_ranks; ++r)
       for (int m = 0; m < mbs; ++m)
         batches[static_cast<std::size_t>(r)].push_back(
-            he::sample_batch(corpus, a.batch, a.seq, a.seed, i * per_step + r * mbs + m));
+            he::sample_batch(corpus, a.batch, a.seq, a.seed, step * per_step + r * mbs + m));
     const auto t0 = std::chrono::steady_clock::now();
     ex.zero_grad();
     he::exec::StepResult res = ex.step(batches);
@@ -253,11 +317,16 @@ int run_executor(TrainArgs a) {
       kept.emplace_back(i, std::move(res.timeline));
     }
     if (!a.quiet)
-      io::log::Line("step", false) << "step " << std::setw(5) << i + 1 << "  loss " << std::fixed
+      io::log::Line("step", false) << "step " << std::setw(5) << step + 1 << "  loss " << std::fixed
                                    << std::setprecision(4) << losses.back() << "  |g| " << std::setprecision(3) << gnorm
                                    << "  " << std::setprecision(1) << dt * 1e3 << " ms  " << std::setprecision(0)
                                    << static_cast<double>(per_step) * a.batch * a.seq / dt << " tok/s";
+    if (saver.due(i + 1))
+      if (const auto code = saver.save(step + 1, gather, *whole, state)) return *code;
+    if (io::interrupt_signal() != 0) return saver.stop(step + 1);
   }
+  if (saver.on())
+    if (const auto code = saver.save(start_step + a.steps, gather, *whole, state)) return *code;
   // The traced step: the kept step whose span is the median (the lower middle of an even count).
   std::vector<std::pair<double, std::size_t>> by_span;
   for (std::size_t k = 0; k < kept.size(); ++k) by_span.emplace_back(traces::summarize(kept[k].second).span_s, k);
@@ -313,6 +382,8 @@ int run_executor(TrainArgs a) {
                                          {"hidden_fraction", sum.hidden_fraction}}},
                         {"config", he::config_to_json(a.cfg)}};
     if (!a.trace.empty()) j["trace"] = a.trace;
+    if (!a.checkpoint.empty()) j["checkpoint"] = a.checkpoint;
+    j["start_step"] = start_step;
     j["processes"] = group ? group->processes() : 1;
     j["devices"] = group ? group->processes() : a.devices;
     std::cout << j.dump(2) << "\n";
@@ -331,6 +402,8 @@ int run_executor(TrainArgs a) {
                 << std::setprecision(1) << sum.hidden_fraction * 100 << " %\n"
                 << std::defaultfloat;
     if (!a.trace.empty()) std::cout << "trace        " << a.trace << "\n";
+    if (!a.checkpoint.empty())
+      std::cout << "checkpoint   " << a.checkpoint << " (step " << start_step + a.steps << ")\n";
   }
   return 0;
 }
@@ -429,31 +502,9 @@ int run(TrainArgs a) {
                                   << " x " << a.seq << " bytes of " << corpus.source << " (" << corpus.bytes.size()
                                   << " bytes)" << (device ? ", on " + device->device() : std::string());
 
-  // With a checkpoint, SIGINT/SIGTERM stop the run between steps (or abandon a checkpoint being
-  // written): the last completed checkpoint stays loadable, and the exit code is 128 + signal.
-  std::optional<io::DeferredInterrupts> deferred;
-  if (!a.checkpoint.empty()) deferred.emplace();
-  std::optional<std::int64_t> saved_step;
-  auto stop = [&](std::int64_t done) {
-    const int sig = io::interrupt_signal();
-    io::log::Line("train", false) << "interrupted by " << io::signal_name(sig) << " after step " << done
-                                  << "; checkpoint '" << a.checkpoint << "' "
-                                  << (saved_step ? "holds step " + std::to_string(*saved_step)
-                                                 : std::string("was left as it was"));
-    return 128 + sig;
-  };
-  // Saves, or returns the exit code of an interrupted run.
-  auto save = [&](std::int64_t at, std::int64_t done) -> std::optional<int> {
-    if (io::interrupt_signal() != 0) return stop(done);
+  Checkpointer saver(a);
+  const auto pull = [&] {
     if (device) pull_from_device(*device, state);
-    try {
-      he::save_checkpoint(a.checkpoint, model, &state, at, a.seed);
-    } catch (const io::IoError& e) {
-      if (e.code() == io::IoErrorCode::Interrupted) return stop(done);
-      throw;
-    }
-    saved_step = at;
-    return std::nullopt;
   };
   std::vector<double> losses, lm_losses;
   double seconds = 0;
@@ -492,16 +543,16 @@ int run(TrainArgs a) {
                                    << gnorm << "  " << std::setprecision(0) << static_cast<double>(a.batch) * a.seq / dt
                                    << " tok/s";
     }
-    if (!a.checkpoint.empty() && a.checkpoint_every > 0 && (i + 1) % a.checkpoint_every == 0 && i + 1 < a.steps)
-      if (const auto code = save(step + 1, step + 1)) return *code;
-    if (io::interrupt_signal() != 0) return stop(step + 1);
+    if (saver.due(i + 1))
+      if (const auto code = saver.save(step + 1, pull, model, state)) return *code;
+    if (io::interrupt_signal() != 0) return saver.stop(step + 1);
   }
   const std::int64_t end_step = start_step + a.steps;
   if (device) pull_from_device(*device, state);
   if (device && !a.trace.empty() && !traced_steps.empty())
     write_device_trace(a, parsed, traced_steps, device->device());
-  if (!a.checkpoint.empty())
-    if (const auto code = save(end_step, end_step)) return *code;
+  if (saver.on())
+    if (const auto code = saver.save(end_step, pull, model, state)) return *code;
   const double tokens_per_s = seconds > 0 ? static_cast<double>(a.steps) * a.batch * a.seq / seconds : 0.0;
   const double final_loss = losses.empty() ? 0.0 : losses.back();
 

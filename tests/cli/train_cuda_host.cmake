@@ -57,15 +57,4 @@ string(JSON ep_losses GET "${out}" losses)
 if(NOT dp_losses STREQUAL ep_losses)
   message(FATAL_ERROR "cuda-host --dp 2 losses ${dp_losses} differ from the CPU executor's --ep 2 ${ep_losses}")
 endif()
-execute_process(COMMAND ${BIN} train --backend cuda-host --dp 2 --steps 1 --checkpoint "${WORK}/dp_ckpt"
-                RESULT_VARIABLE rc ERROR_VARIABLE err OUTPUT_QUIET)
-if(NOT rc EQUAL 2 OR NOT err MATCHES "without the executor" OR EXISTS "${WORK}/dp_ckpt")
-  message(FATAL_ERROR "cuda-host --dp 2 --checkpoint: exit ${rc}: ${err}")
-endif()
-# Executor flags take the device EP executor (train_device_ep.cmake), which writes no checkpoint
-# yet: refused in one line, exit 2.
-execute_process(COMMAND ${BIN} train --backend cuda-host --ep 2 --steps 1 --checkpoint "${WORK}/ep_ckpt"
-                RESULT_VARIABLE rc ERROR_VARIABLE err)
-if(NOT rc EQUAL 2 OR NOT err MATCHES "without the executor" OR EXISTS "${WORK}/ep_ckpt")
-  message(FATAL_ERROR "train --backend cuda-host --ep 2: exit ${rc}: ${err}")
-endif()
+# Checkpoints under the executors: train_executor_checkpoint_test.py.

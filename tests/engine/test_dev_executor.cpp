@@ -285,6 +285,8 @@ class FailsOn final : public cuda::DeviceExecutor {
   double optimizer_step(const AdamWConfig& c) override { return inner_->optimizer_step(c); }
   std::vector<ParamRef<float>> parameters(int r) override { return inner_->parameters(r); }
   bool owns(int r, const std::string& n) const override { return inner_->owns(r, n); }
+  AdamWState<float> optimizer_state(int r) override { return inner_->optimizer_state(r); }
+  void restore(int r, const AdamWState<float>& s) override { inner_->restore(r, s); }
 
  private:
   std::unique_ptr<cuda::DeviceExecutor> inner_;

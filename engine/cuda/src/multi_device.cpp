@@ -81,18 +81,29 @@ class MultiDevice final : public DeviceExecutor {
     return norms[0];
   }
   std::vector<ParamRef<float>> parameters(int rank) override {
-    const int per = ranks() / n_;
-    if (rank < 0 || rank >= ranks()) throw std::runtime_error("multi-device executor: no rank " + std::to_string(rank));
-    const int owner = rank / per;
     std::vector<ParamRef<float>> out;
-    run_all([&](int i) {
-      if (i == owner) out = exs_[static_cast<std::size_t>(i)]->parameters(rank);
-    });
+    on_owner(rank, [&](DeviceExecutor& ex) { out = ex.parameters(rank); });
     return out;
   }
   bool owns(int rank, const std::string& canonical) const override { return exs_[0]->owns(rank, canonical); }
+  AdamWState<float> optimizer_state(int rank) override {
+    AdamWState<float> out;
+    on_owner(rank, [&](DeviceExecutor& ex) { out = ex.optimizer_state(rank); });
+    return out;
+  }
+  void restore(int rank, const AdamWState<float>& state) override {
+    on_owner(rank, [&](DeviceExecutor& ex) { ex.restore(rank, state); });
+  }
 
  private:
+  // f on the executor of the device that runs `rank`, on that device's worker thread.
+  void on_owner(int rank, const std::function<void(DeviceExecutor&)>& f) {
+    if (rank < 0 || rank >= ranks()) throw std::runtime_error("multi-device executor: no rank " + std::to_string(rank));
+    const int owner = rank / (ranks() / n_);
+    run_all([&](int i) {
+      if (i == owner) f(*exs_[static_cast<std::size_t>(i)]);
+    });
+  }
   // Runs f(i) on every worker i at once and waits for all; on the first failure the fabric is
   // aborted (the others' transfers and gathers throw instead of waiting) and that first error
   // rethrown.

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 
+#include "ht/engine/error.hpp"
 #include "ht/engine/rng.hpp"
 #include "ht/schedule/build.hpp"
 
@@ -39,7 +40,55 @@ schedule::Plan ep_plan(const patterns::ParsedPattern& p, const ModelConfig& cfg,
 
 Owned owned(Executor& e) {
   return {e.ranks(), [&e](int r) { return e.parameters(r); },
-          [&e](int r, const std::string& name) { return e.owns(r, name); }};
+          [&e](int r, const std::string& name) { return e.owns(r, name); },
+          [&e](int r) { return e.optimizer_state(r); },
+          [&e](int r, const AdamWState<float>& s) { e.set_optimizer_state(r, s); }};
+}
+
+void gather_model(const Owned& run, HybridModel<float>& model, AdamWState<float>* state) {
+  std::map<std::string, ParamRef<float>> into;
+  for (auto& p : model.parameters()) into.emplace(p.canonical, p);
+  std::map<std::string, bool> done;
+  if (state) *state = AdamWState<float>{};
+  for (int r = 0; r < run.ranks; ++r) {
+    const AdamWState<float> st = state ? run.optimizer_state(r) : AdamWState<float>{};
+    if (state && r == 0) state->step = st.step;
+    for (auto& p : run.parameters(r)) {
+      if (!run.owns(r, p.canonical) || done[p.canonical]) continue;
+      const auto it = into.find(p.canonical);
+      if (it == into.end() || it->second.value->shape != p.value->shape)
+        throw EngineError(ErrorCode::BadConfig,
+                          "gather_model: the model has no parameter " + p.canonical + " of its shape");
+      *it->second.value = *p.value;
+      done[p.canonical] = true;
+      if (!state) continue;
+      if (const auto m = st.exp_avg.find(p.canonical); m != st.exp_avg.end()) state->exp_avg[p.canonical] = m->second;
+      if (const auto v = st.exp_avg_sq.find(p.canonical); v != st.exp_avg_sq.end())
+        state->exp_avg_sq[p.canonical] = v->second;
+    }
+  }
+}
+
+void scatter_model(const Owned& run, HybridModel<float>& model, const AdamWState<float>* state) {
+  std::map<std::string, const Tensor<float>*> from;
+  for (auto& p : model.parameters()) from.emplace(p.canonical, p.value);
+  std::vector<std::vector<ParamRef<float>>> held(static_cast<std::size_t>(run.ranks));
+  for (int r = 0; r < run.ranks; ++r) {
+    held[static_cast<std::size_t>(r)] = run.parameters(r);
+    for (auto& p : held[static_cast<std::size_t>(r)]) {
+      if (!run.owns(r, p.canonical)) continue;
+      const auto it = from.find(p.canonical);
+      if (it == from.end())
+        throw EngineError(ErrorCode::BadCheckpoint, "the checkpoint has no parameter " + p.canonical);
+      if (it->second->shape != p.value->shape)
+        throw EngineError(ErrorCode::BadCheckpoint, "the checkpoint's " + p.canonical + " has another shape");
+    }
+  }
+  for (int r = 0; r < run.ranks; ++r) {
+    for (auto& p : held[static_cast<std::size_t>(r)])
+      if (run.owns(r, p.canonical)) *p.value = *from.at(p.canonical);
+    run.restore(r, state ? *state : AdamWState<float>{});
+  }
 }
 
 OwnedDiff compare_owned(const Owned& a, const Owned& b, bool grads) {

@@ -107,6 +107,14 @@ double Executor::optimizer_step(const AdamWConfig& cfg) {
 
 std::int64_t Executor::optimizer_steps() const { return impl_->adam.at(0).step; }
 
+AdamWState<float> Executor::optimizer_state(int rank) const { return impl_->adam.at(static_cast<std::size_t>(rank)); }
+
+void Executor::set_optimizer_state(int rank, AdamWState<float> state) {
+  for (auto* moments : {&state.exp_avg, &state.exp_avg_sq})  // keep what this rank owns
+    std::erase_if(*moments, [&](const auto& kv) { return !owns(rank, kv.first); });
+  impl_->adam.at(static_cast<std::size_t>(rank)) = std::move(state);
+}
+
 void Executor::save(const std::string& path) const {
   auto& im = *impl_;
   std::vector<std::pair<std::string, const Tf*>> tensors;

@@ -36,14 +36,27 @@ struct OwnedDiff {
 };
 // What compare_owned reads of a run: its ranks, the parameters each holds (values and gradients
 // on the host), and whether a rank owns a name. The CPU executor and the device executor
-// (engine/cuda/device_executor.hpp) both give one.
+// (engine/cuda/device_executor.hpp) both give one. For checkpoints, also rank r's AdamW state
+// (host copies of its moments) and `restore`: rank r takes the values its parameters() tensors
+// now hold, and the state's moments and step.
 struct Owned {
   int ranks = 0;
   std::function<std::vector<ParamRef<float>>(int)> parameters;
   std::function<bool(int, const std::string&)> owns;
+  std::function<AdamWState<float>(int)> optimizer_state;
+  std::function<void(int, const AdamWState<float>&)> restore;
 };
 Owned owned(Executor& e);
 OwnedDiff compare_owned(const Owned& a, const Owned& b, bool grads);
+
+// A run's whole model into `model` (the same pattern and config): each canonical parameter from
+// its first owner in rank order (replicas hold equal copies), with that owner's moments into
+// `state` (and its step count) when given. What `train` writes as a checkpoint.
+void gather_model(const Owned& run, HybridModel<float>& model, AdamWState<float>* state);
+// And back: every rank takes `model`'s values of the parameters it owns, and `state`'s moments and
+// step (none: zero moments at step 0). Throws EngineError(BadCheckpoint) naming a parameter the
+// model lacks or holds in another shape, before any rank changes.
+void scatter_model(const Owned& run, HybridModel<float>& model, const AdamWState<float>* state);
 inline OwnedDiff compare_owned(Executor& a, Executor& b, bool grads) { return compare_owned(owned(a), owned(b), grads); }
 
 }  // namespace ht::engine::exec

@@ -112,6 +112,9 @@ class Executor {
   // every rank applies the same factor and PP = k sums exactly as PP = 1. Returns that norm.
   double optimizer_step(const AdamWConfig& cfg);
   std::int64_t optimizer_steps() const;
+  // Rank r's AdamW state (moments by canonical name, of the parameters it owns), and setting it.
+  AdamWState<float> optimizer_state(int rank) const;
+  void set_optimizer_state(int rank, AdamWState<float> state);
 
   // Checkpoint of the whole model and the optimizer, keyed by canonical (pattern-independent)
   // names, each expert taken from its owner: one safetensors file, written atomically. A run

@@ -45,6 +45,10 @@ class DeviceExecutor {
   // downloaded; whether rank r owns `canonical`.
   virtual std::vector<ParamRef<float>> parameters(int rank) = 0;
   virtual bool owns(int rank, const std::string& canonical) const = 0;
+  // For checkpoints: rank r's AdamW state (its moments downloaded, by canonical name), and rank r
+  // taking the values its parameters() tensors now hold (uploaded) with `state`'s moments and step.
+  virtual AdamWState<float> optimizer_state(int rank) = 0;
+  virtual void restore(int rank, const AdamWState<float>& state) = 0;
 };
 
 struct DeviceExecutorOptions {
@@ -79,7 +83,11 @@ using DeviceExecutorFactory = std::function<std::unique_ptr<DeviceExecutor>(
 // What compare_owned reads: the ranks of this process only (the others hold nothing here).
 inline exec::Owned owned(DeviceExecutor& e) {
   return {e.ranks(), [&e](int r) { return e.local(r) ? e.parameters(r) : std::vector<ParamRef<float>>{}; },
-          [&e](int r, const std::string& name) { return e.local(r) && e.owns(r, name); }};
+          [&e](int r, const std::string& name) { return e.local(r) && e.owns(r, name); },
+          [&e](int r) { return e.local(r) ? e.optimizer_state(r) : AdamWState<float>{}; },
+          [&e](int r, const AdamWState<float>& s) {
+            if (e.local(r)) e.restore(r, s);
+          }};
 }
 
 // One process driving fabric->size() devices (GPUs 0 .. D-1 with make_nccl_fabric and

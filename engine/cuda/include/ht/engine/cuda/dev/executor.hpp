@@ -232,9 +232,7 @@ class DevExecutor {
   // The parameters rank r holds (every non-expert one, its experts), in the host model's order,
   // with their device values and gradients downloaded.
   std::vector<ParamRef<T>> parameters(int r) {
-    if (!local(r))
-      fail("rank " + std::to_string(r) + " runs in process " + std::to_string(process_of(r)) + ", not in this one");
-    Rank& rk = ranks_.at(static_cast<std::size_t>(r));
+    Rank& rk = held(r);
     D::synchronize_all();
     rk.params->download_params();
     rk.params->download_grads();
@@ -273,6 +271,26 @@ class DevExecutor {
   }
   std::int64_t optimizer_steps() const {
     return adam_.empty() ? 0 : adam_.at(static_cast<std::size_t>(first_)).step;
+  }
+  // Rank r's AdamW moments (downloaded) and step; and rank r taking its host parameters' values
+  // (parameters(r)'s tensors) and `state`'s moments and step.
+  AdamWState<T> optimizer_state(int r) {
+    Rank& rk = held(r);
+    AdamWState<T> st;
+    if (adam_.size() == ranks_.size()) st.step = adam_[static_cast<std::size_t>(r)].step;
+    D::synchronize_all();
+    rk.params->download_optimizer_state(st);
+    return st;
+  }
+  void restore(int r, const AdamWState<T>& state) {
+    Rank& rk = held(r);
+    if (adam_.size() != ranks_.size()) adam_.resize(ranks_.size());
+    D::set_stream(0);
+    D::synchronize_all();
+    rk.params->upload_params();
+    rk.params->upload_optimizer_state(state);
+    adam_[static_cast<std::size_t>(r)] = AdamWState<T>{};
+    adam_[static_cast<std::size_t>(r)].step = state.step;
   }
 
  private:
@@ -330,6 +348,12 @@ class DevExecutor {
     char text[32];
     std::snprintf(text, sizeof text, "%.0f", flops);
     return text;
+  }
+  // Rank r of this process, or a one-line refusal.
+  Rank& held(int r) {
+    if (!local(r))
+      fail("rank " + std::to_string(r) + " runs in process " + std::to_string(process_of(r)) + ", not in this one");
+    return ranks_.at(static_cast<std::size_t>(r));
   }
   Chunk& chunk(int r, int mb) {
     return chunks_.at(static_cast<std::size_t>(r)).at(static_cast<std::size_t>(mb));
@@ -990,6 +1014,8 @@ class ExecutorOn final : public cuda::DeviceExecutor {
   double optimizer_step(const AdamWConfig& cfg) override { return ex_.optimizer_step(cfg); }
   std::vector<ParamRef<float>> parameters(int rank) override { return ex_.parameters(rank); }
   bool owns(int rank, const std::string& canonical) const override { return ex_.owns(rank, canonical); }
+  AdamWState<float> optimizer_state(int rank) override { return ex_.optimizer_state(rank); }
+  void restore(int rank, const AdamWState<float>& state) override { ex_.restore(rank, state); }
 
  private:
   DevExecutor<D> ex_;

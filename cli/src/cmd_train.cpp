@@ -33,7 +33,6 @@
 #include "ht/traces/overlap.hpp"
 #include "cuda_rows.hpp"
 #include "ht/engine/cuda/device_executor.hpp"
-#include "ht/engine/cuda/device_model.hpp"
 #include "ht/engine/cuda/process_group.hpp"
 #include "model_flags.hpp"
 
@@ -66,7 +65,7 @@ struct TrainArgs {
   std::string trace;
   std::string trace_step = "median";
   bool estimate_memory = false;  // --estimate-memory: print what the run needs and stop
-  // Flags only the executor runs (the device path traces without them).
+  // Flags only the executor runs (a device run always takes the device executor).
   bool executor_flags() const {
     return parallel.ep > 1 || parallel.dp > 1 || parallel.pp > 1 || parallel.vpp > 0 || parallel.microbatches > 1 ||
            schedule_flags.overlap_on || schedule_flags.overlap_off || schedule_flags.delay_on ||
@@ -210,6 +209,9 @@ int run_executor(TrainArgs a) {
       throw UsageError("--devices drives several devices from one process; under mpirun each process takes one");
     group = a.backend == "cuda" ? he::cuda::make_nccl_group() : he::cuda::make_mpi_group();
   }
+  if (a.devices > plan.global_ranks())
+    throw UsageError("--devices " + std::to_string(a.devices) + " splits the device executor's ranks over the devices: "
+                     "the run has " + std::to_string(plan.global_ranks()) + " (give --ep or --dp)");
   const bool lead = !group || group->process() == 0;
   if (!lead) a.quiet = true;
   // Either executor's ranks each hold their stage and their experts, each layer's state from its
@@ -408,65 +410,23 @@ int run_executor(TrainArgs a) {
   return 0;
 }
 
-// The traced step of a device run (--trace-step: the median step by span after the first, the
-// last, or step N) as the timeline of the one-rank sequential plan, for `hybrid-twin calibrate`.
-void write_device_trace(const TrainArgs& a, const patterns::ParsedPattern& parsed,
-                        const std::vector<std::vector<he::cuda::DeviceModel::Span>>& steps, const std::string& device) {
-  auto extent = [](const std::vector<he::cuda::DeviceModel::Span>& spans) {
-    double end = 0;
-    for (const auto& s : spans) end = std::max(end, s.start_s + s.duration_s);
-    return end;
-  };
-  std::size_t chosen = steps.size() - 1;
-  if (a.trace_step == "median" && steps.size() > 1) {
-    std::vector<std::pair<double, std::size_t>> by_span;
-    for (std::size_t i = 1; i < steps.size(); ++i) by_span.emplace_back(extent(steps[i]), i);
-    std::sort(by_span.begin(), by_span.end());
-    chosen = by_span[(by_span.size() - 1) / 2].second;
-  } else if (a.trace_step != "median" && a.trace_step != "last") {
-    chosen = static_cast<std::size_t>(std::stoll(a.trace_step) - 1);
-  }
-  const schedule::ModelDims dims = he::exec::schedule_dims(a.cfg, a.batch, a.seq);
-  const schedule::Plan plan = schedule::build_plan(parsed, dims, schedule::ParallelConfig{}, schedule::ScheduleOptions{});
-  traces::Timeline t = he::cuda::device_timeline(steps[chosen], plan);
-  t.metadata["model_dims"] = schedule::model_dims_to_json(dims);
-  t.metadata["schedule"] = plan.schedule;
-  t.metadata["pattern"] = plan.pattern;
-  t.metadata["pp"] = "1";
-  t.metadata["vpp"] = "1";
-  t.metadata["ep"] = "1";
-  t.metadata["microbatches"] = "1";
-  t.metadata["overlap"] = "false";
-  t.metadata["delay_wgrad"] = "false";
-  t.metadata["step"] = std::to_string(chosen + 1);
-  t.metadata["step_choice"] = a.trace_step;
-  t.metadata["backend"] = a.backend;
-  t.metadata["device"] = device;
-  traces::write_chrome_trace(t, a.trace);
-}
-
-// The device's weights and AdamW moments into the host model and state (checkpoints, the end).
-void pull_from_device(he::cuda::DeviceModel& device, he::AdamWState<float>& state) {
-  device.download_params();
-  device.download_optimizer_state(state);
-}
-
 int run(TrainArgs a) {
   const bool on_device = a.backend != "cpu";
   if (a.backend == "cuda" && !cuda_usable_or_say_why()) return 2;
   if (a.steps < 0) throw UsageError("--steps must be >= 0");
   if (a.trace_step != "median" && a.trace_step != "last" && std::stoll(a.trace_step) > a.steps)
     throw UsageError("--trace-step " + a.trace_step + " is past the last step (" + std::to_string(a.steps) + ")");
-  if (const auto launch = he::cuda::launch_from_env(); launch.size > 1 && !(on_device && a.executor_flags()))
+  if (const auto launch = he::cuda::launch_from_env(); launch.size > 1 && !on_device)
     throw UsageError("under mpirun (" + std::to_string(launch.size) + " processes) train splits the device executor's "
                      "ranks over the processes: use --backend cuda or cuda-host with --ep (the CPU executor and "
                      "one model run in one process)");
   if (a.devices < 1) throw UsageError("--devices must be >= 1");
-  if (a.devices > 1 && !(on_device && a.executor_flags()))
+  if (a.devices > 1 && !on_device)
     throw UsageError("--devices splits the device executor's ranks over devices: use it with --backend cuda or "
                      "cuda-host and --ep");
-  // The executors (CPU, or the device's); a device --trace of one model is the device model's.
-  if (on_device ? a.executor_flags() : a.executor_mode()) return run_executor(std::move(a));
+  // The executors: the device's for every device run (one rank by default), the CPU's with
+  // executor flags or --trace; else one HybridModel on the CPU, the reference.
+  if (on_device || a.executor_mode()) return run_executor(std::move(a));
   he::AdamWState<float> state;
   std::int64_t start_step = 0;
   std::string pattern_text = a.pattern;
@@ -490,46 +450,24 @@ int run(TrainArgs a) {
   if (!a.import_gpt.empty()) he::import_gpt(a.import_gpt, model);
   const auto corpus = he::load_corpus(a.data);
   const std::size_t nparams = model.num_parameters();
-  // --backend cuda / cuda-host: forward, backward and AdamW on the device model (the GPU, or the
-  // same code on the host emulation); weights and moments come back to the host model for
-  // checkpoints and at the end.
-  std::unique_ptr<he::cuda::DeviceModel> device;
-  if (a.backend == "cuda") device = he::cuda::make_cuda_device_model(model);
-  if (a.backend == "cuda-host") device = he::cuda::make_host_device_model(model);
-  if (device && !a.resume.empty()) device->upload_optimizer_state(state);
   if (!a.quiet)
     io::log::Line("train", false) << "train '" << parsed.text << "': " << nparams << " parameters, batch " << a.batch
                                   << " x " << a.seq << " bytes of " << corpus.source << " (" << corpus.bytes.size()
-                                  << " bytes)" << (device ? ", on " + device->device() : std::string());
+                                  << " bytes)";
 
   Checkpointer saver(a);
-  const auto pull = [&] {
-    if (device) pull_from_device(*device, state);
-  };
+  const auto in_place = [] {};  // the model and state are the checkpoint's already
   std::vector<double> losses, lm_losses;
   double seconds = 0;
-  // --trace on a device: every step's slot spans; the chosen one (--trace-step) is written.
-  std::vector<std::vector<he::cuda::DeviceModel::Span>> traced_steps;
-  if (device && !a.trace.empty()) device->set_tracing(true);
   for (int i = 0; i < a.steps; ++i) {
     const std::int64_t step = start_step + i;
     const he::Batch batch = he::sample_batch(corpus, a.batch, a.seq, a.seed, step);
     const auto t0 = std::chrono::steady_clock::now();
-    he::LossBreakdown loss;
-    double gnorm = 0;
-    if (device) {
-      device->zero_grad();
-      loss = device->forward(batch);
-      device->backward();
-      if (!a.trace.empty()) traced_steps.push_back(device->take_trace());
-      gnorm = device->adamw_step(a.opt, state);
-    } else {
-      model.zero_grad();
-      loss = model.forward(batch);
-      model.backward();
-      auto params = model.parameters();
-      gnorm = he::adamw_step(a.opt, state, params);
-    }
+    model.zero_grad();
+    const he::LossBreakdown loss = model.forward(batch);
+    model.backward();
+    auto params = model.parameters();
+    const double gnorm = he::adamw_step(a.opt, state, params);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     seconds += dt;
     losses.push_back(loss.total);
@@ -544,15 +482,12 @@ int run(TrainArgs a) {
                                    << " tok/s";
     }
     if (saver.due(i + 1))
-      if (const auto code = saver.save(step + 1, pull, model, state)) return *code;
+      if (const auto code = saver.save(step + 1, in_place, model, state)) return *code;
     if (io::interrupt_signal() != 0) return saver.stop(step + 1);
   }
   const std::int64_t end_step = start_step + a.steps;
-  if (device) pull_from_device(*device, state);
-  if (device && !a.trace.empty() && !traced_steps.empty())
-    write_device_trace(a, parsed, traced_steps, device->device());
   if (saver.on())
-    if (const auto code = saver.save(end_step, pull, model, state)) return *code;
+    if (const auto code = saver.save(end_step, in_place, model, state)) return *code;
   const double tokens_per_s = seconds > 0 ? static_cast<double>(a.steps) * a.batch * a.seq / seconds : 0.0;
   const double final_loss = losses.empty() ? 0.0 : losses.back();
 
@@ -573,7 +508,6 @@ int run(TrainArgs a) {
                         {"seconds", seconds},
                         {"config", he::config_to_json(a.cfg)}};
     if (!a.checkpoint.empty()) j["checkpoint"] = a.checkpoint;
-    if (!a.trace.empty()) j["trace"] = a.trace;
     std::cout << j.dump(2) << "\n";
   } else {
     std::cout << "pattern      " << parsed.text << "\n"
@@ -585,7 +519,6 @@ int run(TrainArgs a) {
                 << " (lm " << lm_losses.front() << " -> " << lm_losses.back() << ")\n"
                 << "tokens/s     " << std::setprecision(0) << tokens_per_s << "\n";
     if (!a.checkpoint.empty()) std::cout << "checkpoint   " << a.checkpoint << "\n";
-    if (!a.trace.empty()) std::cout << "trace        " << a.trace << "\n";
   }
   return 0;
 }

@@ -25,10 +25,15 @@ string(JSON step GET "${pred}" step_time_s)
 if(NOT step GREATER 0)
   message(FATAL_ERROR "no predicted step time: ${pred}")
 endif()
-# MTP depths are not traced on the device yet: one line, exit 2, no file.
+# MTP depths are traced on the device too (the device executor runs them): calibrate fits their
+# mtp_post nodes and the depths' pre_dispatch.
 file(REMOVE ${WORK}/device-mtp.json)
-execute_process(COMMAND ${BIN} train --backend cuda-host --pattern "*E/*E" --steps 1 --batch 2 --seq 16
-                        --trace ${WORK}/device-mtp.json --quiet RESULT_VARIABLE rc ERROR_VARIABLE err OUTPUT_QUIET)
-if(NOT rc EQUAL 2 OR NOT err MATCHES "tracing MTP depths on the device is not supported yet" OR EXISTS ${WORK}/device-mtp.json)
-  message(FATAL_ERROR "MTP trace on the device: exit ${rc}: ${err}")
-endif()
+run_json(mtp ${BIN} train --backend cuda-host --pattern "*E/*E" --steps 2 --batch 2 --seq 16
+         --trace ${WORK}/device-mtp.json --json --quiet)
+run_json(mtp_fit ${BIN} calibrate ${WORK}/device-mtp.json --json)
+foreach(key "mtp_post/forward/*E" "mtp_post/backward/*E" "pre_dispatch/forward/*E" "pre_dispatch/backward/*E")
+  string(JSON d ERROR_VARIABLE missing GET "${mtp_fit}" durations_us "${key}")
+  if(missing OR NOT d GREATER 0)
+    message(FATAL_ERROR "the device MTP trace gives no positive duration for ${key}: ${mtp_fit}")
+  endif()
+endforeach()

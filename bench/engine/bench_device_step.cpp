@@ -4,7 +4,7 @@
 // (torch_train_step.py with DEVICE; float32, TF32 off on both sides). Reports both times and the
 // ratio, the full training step of each side (forward, backward, AdamW with global-norm clipping,
 // all on the device on both sides), tokens/s, and the achieved GEMM
-// TFLOP/s (2 m n k of every GEMM the device model issued, per second of fwd+bwd) against the
+// TFLOP/s (2 m n k of every GEMM the device issued, per second of fwd+bwd) against the
 // device's measured FP32 GEMM rate. Every figure is the fastest of --steps runs after a warm-up.
 // Not a test: it never fails on timing. --json FILE also writes the figures as JSON.
 //
@@ -27,7 +27,7 @@
 
 #include "bench_common.hpp"
 #include "ht/engine/checkpoint.hpp"
-#include "ht/engine/cuda/device_model.hpp"
+#include "ht/engine/cuda/device_executor.hpp"
 #include "ht/engine/data.hpp"
 #include "ht/engine/model.hpp"
 #include "ht/engine/optimizer.hpp"
@@ -127,25 +127,25 @@ int main(int argc, char** argv) try {
     ref = ht::bench::run_json_command(cmd);
     std::filesystem::remove_all(dir);
   }
-  auto dm = gpu ? cuda::make_cuda_device_model(model) : cuda::make_host_device_model(model);
-  double first_loss = -1;
-  auto fwdbwd = [&] {
-    dm->zero_grad();
-    const double loss = dm->forward(b).total;
-    if (first_loss < 0) first_loss = loss;  // before any update: the peer starts from these weights
-    dm->backward();
-    dm->synchronize();
+  // One rank of the device executor on the one-rank sequential plan: its rank draws the weights
+  // `model` has (the same seed), so the peer starts from the same ones.
+  const auto parsed = ht::patterns::parse(pattern);
+  auto ex = (gpu ? cuda::make_cuda_executor : cuda::make_host_executor)(
+      parsed, cfg, 1, exec::ep_plan(parsed, cfg, batch, seq, 1, 1, false, false), {});
+  double first_loss = -1, step_flops = 0;
+  auto fwdbwd = [&] {  // step() returns once the device is done (its timeline waits for its events)
+    ex->zero_grad();
+    const exec::StepResult r = ex->step({{b}});
+    if (first_loss < 0) first_loss = r.total;  // before any update: the peer starts from these weights
+    step_flops = 0;
+    for (const auto& s : r.timeline.spans)
+      if (const auto it = s.args.find("gemm_flops"); it != s.args.end()) step_flops += std::stod(it->second);
   };
   fwdbwd();
-  const double f0 = dm->gemm_flops();
-  fwdbwd();
-  const double step_flops = dm->gemm_flops() - f0;
   const double fwdbwd_ms = ht::bench::fastest_ms(steps, fwdbwd);
-  AdamWState<float> state;
   const double step_ms = ht::bench::fastest_ms(steps, [&] {
     fwdbwd();
-    dm->adamw_step(AdamWConfig{}, state);
-    dm->synchronize();
+    ex->optimizer_step(AdamWConfig{});  // AdamW on the device; it waits for the device
   });
   const int gemm_n = gpu ? 8192 : 256;
   const double peak = gpu ? cuda::measure_gemm_tflops_cuda(gemm_n, 5) : cuda::measure_gemm_tflops_host(gemm_n, 3);
@@ -153,7 +153,7 @@ int main(int argc, char** argv) try {
   const double tokens = static_cast<double>(batch) * seq;
   const double achieved = step_flops / (fwdbwd_ms * 1e-3) / 1e12;
   const double ref_fb = ref.value("fwdbwd_ms", -1.0), ref_step = ref.value("step_ms", -1.0);
-  nlohmann::json out = {{"device", dm->device()},
+  nlohmann::json out = {{"device", ex->device()},
                         {"pattern", pattern},
                         {"hidden", hidden},
                         {"seq", seq},
@@ -168,7 +168,7 @@ int main(int argc, char** argv) try {
                         {"pytorch", ref}};
   if (ref_fb > 0) out["ratio_fwdbwd"] = fwdbwd_ms / ref_fb;
   if (ref_step > 0) out["ratio_step"] = step_ms / ref_step;
-  std::cout << "device step: " << pattern << " on " << dm->device() << ", hidden " << hidden << ", " << batch << " x "
+  std::cout << "device step: " << pattern << " on " << ex->device() << ", hidden " << hidden << ", " << batch << " x "
             << seq << ", " << model.num_parameters() << " parameters, float32 (no TF32), fastest of " << steps << "\n"
             << std::fixed << std::setprecision(1) << "                          engine      pytorch   engine/pytorch\n";
   auto row = [&](const std::string& name, double mine, double theirs) {

@@ -22,7 +22,6 @@
 
 #include "ht/engine/cuda/compare.hpp"
 #include "ht/engine/cuda/device_executor.hpp"
-#include "ht/engine/cuda/device_model.hpp"
 #include "ht/engine/cuda/layer_compare.hpp"
 #include "ht/engine/cuda_probe.hpp"
 #include "ht/io/log.hpp"
@@ -90,7 +89,7 @@ int verify_cpu_vs_cuda(bool json_out) {
   for (const auto& r : engine::cuda::compare_cpu_vs_cuda(42))
     rows.push_back({"cpu_vs_cuda", r.op, r.max_abs_diff, r.bitwise, r.pass ? "pass" : "fail", r.note});
   add_layer_rows(rows, "cpu_vs_cuda_layer", engine::cuda::compare_layers_cuda(42, {}));
-  add_model_rows(rows, engine::cuda::compare_models(engine::cuda::make_cuda_device_model, 42));
+  add_model_rows(rows, engine::cuda::compare_models(engine::cuda::make_cuda_executor, 42));
   // Two GPUs of this process (NCCL) when it has them; else the row is skipped, saying why.
   add_model_rows(rows, engine::cuda::compare_executors(
                            engine::cuda::make_cuda_executor, 42,
@@ -109,7 +108,7 @@ int verify_cuda_layers_on_host(bool json_out) {
   io::log::say("verify") << "the CUDA layer code on the host emulation of the device (no GPU involved)";
   std::vector<VerifyRow> rows;
   add_layer_rows(rows, "cpu_vs_cuda_host_layer", engine::cuda::compare_layers_host(42, {}));
-  add_model_rows(rows, engine::cuda::compare_models(engine::cuda::make_host_device_model, 42));
+  add_model_rows(rows, engine::cuda::compare_models(engine::cuda::make_host_executor, 42));
   add_model_rows(rows, engine::cuda::compare_executors(engine::cuda::make_host_executor, 42, engine::cuda::make_host_fabric));
   return print_verify_rows(rows, json_out);
 }

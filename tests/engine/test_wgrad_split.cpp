@@ -11,7 +11,7 @@
 #include <string>
 
 #include "fd.hpp"
-#include "ht/engine/cuda/device_model.hpp"
+#include "ht/engine/cuda/device_checks.hpp"
 #include "ht/engine/exec/weight_steps.hpp"
 #include "ht/engine/layers/attention.hpp"
 #include "ht/engine/layers/gdn.hpp"

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "ht/engine/cuda/device_model.hpp"
+#include "ht/engine/cuda/device_checks.hpp"
 #include "ht/engine/exec/compare.hpp"
 #include "ht/engine/exec/executor.hpp"
 #include "ht/patterns/pattern.hpp"

@@ -17,7 +17,7 @@
 #include "engine_compare.hpp"
 #include "ht/schedule/build.hpp"
 #include "ht/engine/checkpoint.hpp"
-#include "ht/engine/cuda/device_model.hpp"
+#include "ht/engine/cuda/device_executor.hpp"
 #include "ht/engine/layers/moe.hpp"
 #include "ht/engine/model.hpp"
 #include "ht/patterns/symbols.hpp"
@@ -312,19 +312,19 @@ void check_checkpoint_resume(const Case& j) {
   if (!d.bitwise) fail("resumed vs uninterrupted: parameter " + d.first_differing + " differs after the next step");
 }
 
-// ---- the CUDA code path: the device model on the host emulation of the device -------------------
+// ---- the CUDA code path: one rank of the device executor on the host emulation of the device ----
 
-// One forward and backward of the device model: loss terms and gradients by canonical name.
-std::pair<engine::LossBreakdown, std::map<std::string, engine::Tensor<float>>> device_run(
-    const patterns::ParsedPattern& p, const EngineCase& c, const engine::Batch& batch) {
-  engine::HybridModel<float> host(p, c.model, c.weight_seed);
-  auto dm = engine::cuda::make_host_device_model(host);
-  dm->zero_grad();
-  const engine::LossBreakdown loss = dm->forward(batch);
-  dm->backward();
-  dm->download_grads();
+// One forward and backward on the device: the loss and the gradients by canonical name.
+std::pair<double, std::map<std::string, engine::Tensor<float>>> device_run(const patterns::ParsedPattern& p,
+                                                                           const EngineCase& c,
+                                                                           const engine::Batch& batch) {
+  auto ex = engine::cuda::make_host_executor(
+      p, c.model, c.weight_seed,
+      engine::exec::ep_plan(p, c.model, batch.tokens.dim(0), batch.tokens.dim(1), 1, 1, false, false));
+  ex->zero_grad();
+  const double loss = ex->step({{batch}}).total;
   std::map<std::string, engine::Tensor<float>> grads;
-  for (auto& q : host.parameters()) grads[q.canonical] = *q.grad;
+  for (auto& q : ex->parameters(0)) grads[q.canonical] = *q.grad;
   return {loss, grads};
 }
 
@@ -335,9 +335,9 @@ void check_device_grouped_vs_flattened(const Case& j) {
   const engine::Batch batch = detail::batches_for(c, 1, 1).at(0).at(0);
   const auto [la, ga] = device_run(grouped, c, batch);
   const auto [lb, gb] = device_run(flat, c, batch);
-  if (std::memcmp(&la.total, &lb.total, sizeof la.total) != 0)
-    fail("device model: loss of '" + grouped.text + "' " + std::to_string(la.total) + " differs from '" + flat.text +
-         "' " + std::to_string(lb.total));
+  if (std::memcmp(&la, &lb, sizeof la) != 0)
+    fail("device model: loss of '" + grouped.text + "' " + std::to_string(la) + " differs from '" + flat.text + "' " +
+         std::to_string(lb));
   for (const auto& [name, g] : ga) {
     const auto it = gb.find(name);
     if (it == gb.end() || it->second.shape != g.shape ||
@@ -353,8 +353,8 @@ void check_device_matches_model(const Case& j) {
   const EngineCase c = engine_case_of(j);
   const auto p = patterns::parse(c.pattern);
   const engine::Batch batch = detail::batches_for(c, 1, 1).at(0).at(0);
-  const auto row = engine::cuda::compare_device_to_cpu(engine::cuda::make_host_device_model, p, c.model, batch,
-                                                       c.weight_seed);
+  const auto row =
+      engine::cuda::compare_device_to_cpu(engine::cuda::make_host_executor, p, c.model, batch, c.weight_seed);
   std::string all = p.flattened_symbols();
   for (int d = 0; d < p.mtp_depths; ++d) all += p.mtp;
   const bool swiglu = all.find_first_of("-E") != std::string::npos;

@@ -142,9 +142,6 @@ std::unique_ptr<DeviceExecutor> make_cuda_executor(const patterns::ParsedPattern
 }
 std::unique_ptr<ProcessGroup> make_nccl_group() { return cuda_or_throw().make_nccl_group(); }
 std::unique_ptr<ThreadFabric> make_nccl_fabric(int devices) { return cuda_or_throw().make_nccl_fabric(devices); }
-std::unique_ptr<DeviceModel> make_cuda_device_model(HybridModel<float>& host) {
-  return cuda_or_throw().make_device_model(host);
-}
 std::unique_ptr<ProcessGroup> make_mpi_group() { return mpi_or_throw().make_group(); }
 
 }  // namespace cuda

@@ -1,5 +1,5 @@
-// The GPU device (dev::Cuda): the CUDA layers against the CPU reference (compare_layers_cuda) and
-// the device model on the GPU (make_cuda_device_model).
+// The GPU device (dev::Cuda): the CUDA layers against the CPU reference (compare_layers_cuda), the
+// device executor on the GPU (make_cuda_executor) and the GPU's GEMM rate.
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -8,7 +8,6 @@
 #include "ht/engine/cuda/dev/compare.hpp"
 #include "ht/engine/cuda/dev/executor.hpp"
 #include "ht/engine/cuda/dev/model.hpp"
-#include "ht/engine/cuda/device_model.hpp"
 #include "ht/engine/cuda/layer_compare.hpp"
 #include "ht/engine/cuda_probe.hpp"
 #include "entry_points.hpp"
@@ -29,11 +28,6 @@ namespace gpu {
 std::vector<LayerComparison> compare_layers_cuda(std::uint64_t seed, const LayerShape& shape) {
   usable_gpu_or_throw();
   return ::ht::engine::dev::compare::compare_layers<::ht::engine::dev::Cuda, float>(seed, shape);
-}
-
-std::unique_ptr<DeviceModel> make_cuda_device_model(HybridModel<float>& host) {
-  const std::string name = usable_gpu_or_throw();
-  return std::make_unique<::ht::engine::dev::DeviceModelOn<::ht::engine::dev::Cuda>>(host, "cuda:" + name);
 }
 
 std::unique_ptr<DeviceExecutor> make_cuda_executor(const patterns::ParsedPattern& p, const ModelConfig& cfg,

@@ -1,4 +1,4 @@
-// The host emulation of the device (dev::Host): the CUDA layers and the device model run on the
+// The host emulation of the device (dev::Host): the CUDA layers and the device executor run on the
 // CPU. Built on every machine, so the GPU's layer and model code is tested without a GPU.
 #include <memory>
 #include <stdexcept>
@@ -7,7 +7,6 @@
 #include "ht/engine/cuda/dev/compare.hpp"
 #include "ht/engine/cuda/dev/executor.hpp"
 #include "ht/engine/cuda/dev/model.hpp"
-#include "ht/engine/cuda/device_model.hpp"
 #include "ht/engine/cuda/layer_compare.hpp"
 
 namespace ht::engine::cuda {
@@ -15,10 +14,6 @@ namespace ht::engine::cuda {
 std::vector<LayerComparison> compare_layers_host(std::uint64_t seed, const LayerShape& shape, bool float64) {
   return float64 ? ::ht::engine::dev::compare::compare_layers<::ht::engine::dev::Host, double>(seed, shape)
                  : ::ht::engine::dev::compare::compare_layers<::ht::engine::dev::Host, float>(seed, shape);
-}
-
-std::unique_ptr<DeviceModel> make_host_device_model(HybridModel<float>& host) {
-  return std::make_unique<::ht::engine::dev::DeviceModelOn<::ht::engine::dev::Host>>(host, "host emulation");
 }
 
 std::unique_ptr<DeviceExecutor> make_host_executor(const patterns::ParsedPattern& p, const ModelConfig& cfg,

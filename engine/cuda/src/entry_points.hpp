@@ -14,7 +14,6 @@
 
 #include "ht/engine/cuda/compare.hpp"
 #include "ht/engine/cuda/device_executor.hpp"
-#include "ht/engine/cuda/device_model.hpp"
 #include "ht/engine/cuda/layer_compare.hpp"
 #include "ht/engine/cuda/process_group.hpp"
 #include "ht/engine/cuda_probe.hpp"
@@ -33,7 +32,6 @@ struct CudaEntryPoints {
                                                    schedule::Plan, DeviceExecutorOptions);
   std::unique_ptr<ProcessGroup> (*make_nccl_group)();
   std::unique_ptr<ThreadFabric> (*make_nccl_fabric)(int);
-  std::unique_ptr<DeviceModel> (*make_device_model)(HybridModel<float>&);
 };
 
 struct MpiEntryPoints {
@@ -53,7 +51,6 @@ std::unique_ptr<DeviceExecutor> make_cuda_executor(const patterns::ParsedPattern
                                                    std::uint64_t seed, schedule::Plan plan, DeviceExecutorOptions options);
 std::unique_ptr<ProcessGroup> make_nccl_group();
 std::unique_ptr<ThreadFabric> make_nccl_fabric(int devices);
-std::unique_ptr<DeviceModel> make_cuda_device_model(HybridModel<float>& host);
 }  // namespace gpu
 
 }  // namespace ht::engine::cuda

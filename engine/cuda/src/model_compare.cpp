@@ -1,7 +1,8 @@
-// compare_models (device_model.hpp): whole hybrid models on a device -- grouped against flattened
-// on the device, and the device against the CPU HybridModel with a float64 HybridModel holding the
-// same weights as the oracle (the bound of layer_compare.hpp, K the model's summation depth).
-// Device-agnostic: the factory decides whether the GPU or the host emulation runs.
+// compare_models (device_executor.hpp): whole hybrid models on one rank of a device -- grouped
+// against flattened on the device, and the device against the CPU HybridModel with a float64
+// HybridModel holding the same weights as the oracle (the bound of layer_compare.hpp, K the
+// model's summation depth). Device-agnostic: the factory decides whether the GPU or the host
+// emulation runs.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -11,7 +12,7 @@
 #include <vector>
 
 #include "ht/engine/cuda/dev/compare.hpp"
-#include "ht/engine/cuda/device_model.hpp"
+#include "ht/engine/cuda/device_executor.hpp"
 #include "ht/patterns/pattern.hpp"
 
 namespace ht::engine::cuda {
@@ -60,25 +61,23 @@ Batch random_batch(int b, int t, int vocab, std::uint64_t seed) {
   return batch;
 }
 
-// Loss terms then every gradient by canonical name (the map's order), as one vector.
+// The loss then every gradient by canonical name (the map's order), as one vector.
 template <class T>
-std::vector<double> flatten(const LossBreakdown& loss, HybridModel<T>& m) {
-  std::vector<double> out{loss.total, loss.lm, loss.aux, loss.z};
-  out.insert(out.end(), loss.mtp.begin(), loss.mtp.end());
+std::vector<double> flatten(double loss, const std::vector<ParamRef<T>>& params) {
+  std::vector<double> out{loss};
   std::map<std::string, const Tensor<T>*> by_name;
-  for (auto& p : m.parameters()) by_name[p.canonical] = p.grad;
+  for (auto& p : params) by_name[p.canonical] = p.grad;
   for (const auto& [name, g] : by_name) out.insert(out.end(), g->data.begin(), g->data.end());
   return out;
 }
 
-std::vector<double> on_device(const DeviceModelFactory& make, HybridModel<float>& host, const Batch& batch) {
-  auto dm = make(host);
-  host.zero_grad();
-  dm->zero_grad();
-  const LossBreakdown loss = dm->forward(batch);
-  dm->backward();
-  dm->download_grads();
-  return flatten(loss, host);
+// One forward and backward of `batch` on one rank of the device (the one-rank sequential plan).
+std::vector<double> on_device(const DeviceExecutorFactory& make, const patterns::ParsedPattern& p,
+                              const ModelConfig& cfg, std::uint64_t seed, const Batch& batch) {
+  auto ex = make(p, cfg, seed, exec::ep_plan(p, cfg, batch.tokens.dim(0), batch.tokens.dim(1), 1, 1, false, false), {});
+  ex->zero_grad();
+  const double loss = ex->step({{batch}}).total;
+  return flatten(loss, ex->parameters(0));
 }
 
 template <class T>
@@ -86,7 +85,7 @@ std::vector<double> on_cpu(HybridModel<T>& m, const Batch& batch) {
   m.zero_grad();
   const LossBreakdown loss = m.forward(batch);
   m.backward();
-  return flatten(loss, m);
+  return flatten(loss.total, m.parameters());
 }
 
 double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
@@ -101,14 +100,14 @@ double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) 
 
 }  // namespace
 
-ModelComparison compare_device_to_cpu(const DeviceModelFactory& make, const patterns::ParsedPattern& p,
+ModelComparison compare_device_to_cpu(const DeviceExecutorFactory& make, const patterns::ParsedPattern& p,
                                       const ModelConfig& cfg, const Batch& batch, std::uint64_t seed) {
-  HybridModel<float> cpu(p, cfg, seed), mirror(p, cfg, seed);
+  HybridModel<float> cpu(p, cfg, seed);
   HybridModel<double> ref(p, cfg, seed);
   auto fp = cpu.parameters();
   auto dp = ref.parameters();
   for (std::size_t i = 0; i < fp.size(); ++i) dp[i].value->data.assign(fp[i].value->data.begin(), fp[i].value->data.end());
-  const auto r64 = on_cpu(ref, batch), r32 = on_cpu(cpu, batch), dev = on_device(make, mirror, batch);
+  const auto r64 = on_cpu(ref, batch), r32 = on_cpu(cpu, batch), dev = on_device(make, p, cfg, seed, batch);
   // K: every physical layer adds at most C + F + E F + T reductions along the chain, the head V.
   const int layers = static_cast<int>(p.flattened_symbols().size() + p.mtp_items.size() * p.mtp_depths);
   const int depth = (layers + 2) * (cfg.hidden + cfg.ffn_hidden + cfg.num_experts * cfg.moe_ffn_hidden +
@@ -123,7 +122,7 @@ ModelComparison compare_device_to_cpu(const DeviceModelFactory& make, const patt
   return {"cpu_vs_device_model", p.text, c.diff_cpu, c.diff_cpu == 0, c.pass, note.str()};
 }
 
-std::vector<ModelComparison> compare_models(const DeviceModelFactory& make, std::uint64_t seed) {
+std::vector<ModelComparison> compare_models(const DeviceExecutorFactory& make, std::uint64_t seed) {
   const ModelConfig cfg = model_check_config();
   const Batch batch = random_batch(2, 8, cfg.vocab_size, seed);
   std::vector<ModelComparison> rows;
@@ -131,8 +130,8 @@ std::vector<ModelComparison> compare_models(const DeviceModelFactory& make, std:
   const std::vector<std::pair<std::string, std::string>> pairs{
       {"M[*E]M[*E]-", "M*EM*E-"}, {"[WE]E/WE", "WEE/WE"}, {"-[*-]/*-/*-", "-*-/*-/*-"}, {"[MG]+[G-]", "MG+G-"}};
   for (const auto& [grouped, flat] : pairs) {
-    HybridModel<float> g(patterns::parse(grouped), cfg, seed), f(patterns::parse(flat), cfg, seed);
-    const double d = max_abs_diff(on_device(make, g, batch), on_device(make, f, batch));
+    const double d = max_abs_diff(on_device(make, patterns::parse(grouped), cfg, seed, batch),
+                                  on_device(make, patterns::parse(flat), cfg, seed, batch));
     rows.push_back({"device_grouped_vs_flattened", grouped + " vs " + flat, d, d == 0, d == 0,
                     "losses and every gradient by canonical name, one microbatch, bitwise required"});
   }

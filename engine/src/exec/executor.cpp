@@ -421,6 +421,17 @@ double check_step_batches(const std::vector<std::vector<Batch>>& batches, int ra
   return tokens;
 }
 
+std::vector<float> mtp_weights(const std::vector<std::vector<Batch>>& batches, int depths, float scaling) {
+  std::vector<float> w(static_cast<std::size_t>(std::max(depths, 0)), 0.0f);
+  for (int d = 0; d < depths; ++d) {
+    long valid = 0;
+    for (const auto& rb : batches)
+      for (const auto& b : rb) valid += static_cast<long>(b.tokens.dim(0)) * std::max(0, b.tokens.dim(1) - (d + 1));
+    if (valid > 0) w[static_cast<std::size_t>(d)] = scaling / static_cast<float>(depths) / static_cast<float>(valid);
+  }
+  return w;
+}
+
 namespace {
 
 // What one plan node of a rank does, as a closure on that rank's state (model `m`, its chunks,
@@ -610,18 +621,7 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
   const int n_layers = static_cast<int>(im.stages.layer_stage.size());
   const double tokens = check_step_batches(batches, dp, mbs, im.cfg.vocab_size, "executor");
   const float weight = static_cast<float>(1.0 / tokens);
-  // MTP depth d: mtp_loss_scaling / depths over the step's valid positions (those with a token
-  // d + 1 ahead), in HybridModel's float arithmetic, so one rank with one microbatch gives its
-  // bits and any split of the same global batch the same weight.
-  const int depths = im.pattern.mtp_depths;
-  std::vector<float> mtp_weight(static_cast<std::size_t>(depths), 0.0f);
-  for (int d = 0; d < depths; ++d) {
-    long valid = 0;
-    for (const auto& rb : batches)
-      for (const auto& b : rb) valid += static_cast<long>(b.tokens.dim(0)) * std::max(0, b.tokens.dim(1) - (d + 1));
-    if (valid > 0)
-      mtp_weight[static_cast<std::size_t>(d)] = im.cfg.mtp_loss_scaling / static_cast<float>(depths) / static_cast<float>(valid);
-  }
+  const std::vector<float> mtp_weight = mtp_weights(batches, im.pattern.mtp_depths, im.cfg.mtp_loss_scaling);
 
   runtime::CpuWorldOptions wo;
   wo.ranks = im.nranks;

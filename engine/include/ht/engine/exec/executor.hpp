@@ -81,6 +81,11 @@ struct StepResult {
 // EngineError(BadInput) with `who` ("executor", "device executor") in the message.
 double check_step_batches(const std::vector<std::vector<Batch>>& batches, int ranks, int microbatches, int vocab,
                           const std::string& who);
+// The cross-entropy weight of a valid position of MTP depth d (one with a token d + 1 ahead), for
+// each depth: mtp_loss_scaling / depths / (the step's valid positions), in HybridModel's float
+// arithmetic, so one rank with one microbatch gives its bits and any split of the same global batch
+// the same weight. Both executors weigh their depths' heads with it.
+std::vector<float> mtp_weights(const std::vector<std::vector<Batch>>& batches, int depths, float scaling);
 
 // Schedule dims that describe `cfg` for a batch of (micro_batch, seq_len) sequences, so
 // build_plan produces a plan whose costs match the engine's model.

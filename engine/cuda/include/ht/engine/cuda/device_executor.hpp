@@ -1,7 +1,7 @@
 // The EP-overlap executor on one device (dev/executor.hpp) behind a plain C++ interface, so the CLI
 // and tests use it without CUDA headers: a schedule::Plan run by EP ranks sharing the device, each
 // rank's compute on a stream of its own, the all-to-alls and the gradient all-reduce on a comm
-// stream (device-side copies between the ranks' buffers). Two devices, as for DeviceModel: the GPU
+// stream (device-side copies between the ranks' buffers). Two devices: the GPU
 // (CUDA builds) and the host emulation, which runs the same code on the CPU.
 //
 // Several processes (mpirun) each run a block of the ranks through a ProcessGroup: NCCL between
@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "ht/engine/cuda/device_model.hpp"
+#include "ht/engine/cuda/device_checks.hpp"
 #include "ht/engine/cuda/process_group.hpp"
 #include "ht/engine/exec/compare.hpp"
 #include "ht/engine/exec/executor.hpp"
@@ -101,6 +101,17 @@ std::unique_ptr<DeviceExecutor> make_multi_device_executor(const DeviceExecutorF
                                                            const patterns::ParsedPattern& p, const ModelConfig& cfg,
                                                            std::uint64_t seed, schedule::Plan plan,
                                                            DeviceExecutorOptions options = {});
+
+// Whole models on one rank of a device (`verify --backend cuda|cuda-host`): for each pattern pair,
+// grouped vs flattened on the device (device_grouped_vs_flattened, bitwise), and the device
+// against the CPU HybridModel (cpu_vs_device_model: bitwise where every layer is; else within the
+// float32 bound of layer_compare.hpp, with a float64 HybridModel as the oracle). `make` decides
+// whether the GPU or the host emulation runs.
+std::vector<ModelComparison> compare_models(const DeviceExecutorFactory& make, std::uint64_t seed);
+// One cpu_vs_device_model row: `p` with `cfg` and weights from `seed` on the device and on the CPU,
+// one forward and backward of `batch`. max_abs_diff is against the CPU float32 model (0: bitwise).
+ModelComparison compare_device_to_cpu(const DeviceExecutorFactory& make, const patterns::ParsedPattern& p,
+                                      const ModelConfig& cfg, const Batch& batch, std::uint64_t seed);
 
 // The executor rows of `verify --backend cuda|cuda-host` (ModelComparison rows):
 //  device_overlap_vs_sequential    EP 2, 3 microbatches, combined 1F1B with and without delayed

@@ -172,18 +172,7 @@ class DevExecutor {
     const int n = ranks(), mbs = plan_.microbatches;
     const double tokens = exec::check_step_batches(batches, n, mbs, cfg_.vocab_size, "device executor");
     weight_ = static_cast<T>(1.0 / tokens);  // the CPU executor's CE weight per token
-    // MTP depth d: mtp_loss_scaling / depths over the step's positions with a token d + 1 ahead,
-    // in the CPU executor's float arithmetic.
-    const int depths = pattern_.mtp_depths;
-    mtp_weight_.assign(static_cast<std::size_t>(depths), T(0));
-    for (int d = 0; d < depths; ++d) {
-      long valid = 0;
-      for (const auto& rb : batches)
-        for (const auto& b : rb) valid += static_cast<long>(b.tokens.dim(0)) * std::max(0, b.tokens.dim(1) - (d + 1));
-      if (valid > 0)
-        mtp_weight_[static_cast<std::size_t>(d)] =
-            cfg_.mtp_loss_scaling / static_cast<T>(depths) / static_cast<T>(valid);
-    }
+    mtp_weight_ = exec::mtp_weights(batches, pattern_.mtp_depths, cfg_.mtp_loss_scaling);
     chunks_.clear();
     chunks_.resize(static_cast<std::size_t>(n));
     for (int r = first_; r < first_ + local_n_; ++r)
@@ -267,6 +256,7 @@ class DevExecutor {
     const T clip = DevParams<D, T>::clip_factor(cfg, norm);
     for (int r = first_; r < first_ + local_n_; ++r)
       ranks_[static_cast<std::size_t>(r)].params->adamw_apply(cfg, adam_[static_cast<std::size_t>(r)], clip);
+    D::synchronize_all();  // returns once every update is done (timing, checkpoints)
     return norm;
   }
   std::int64_t optimizer_steps() const {

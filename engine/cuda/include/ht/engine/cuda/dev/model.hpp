@@ -1,14 +1,10 @@
-// The hybrid model on a device: HybridModel's forward and backward (model.cpp: pre-norm residual
-// blocks, final norm, output layer, cross-entropy, MTP depths sharing embedding and output
-// layer) over the CUDA layers (dev/*.hpp), for one microbatch at a time, sequentially.
-//
-// It mirrors a host HybridModel<T> that owns the pattern and the weights: the constructor uploads
-// every parameter, download_grads() writes the device gradients into the host model's gradient
-// tensors and upload_params() sends updated weights back, for an optimizer step on the host; or
-// adamw_step() updates the weights on the device and download_params() brings them back.
-// Blocks find their weights by canonical name, so a grouped pattern and its flattened form run
-// the same blocks in the same order: their losses and gradients are equal bit for bit on one
-// device, as on the CPU. With D = Host this is the code a GPU runs, testable anywhere.
+// The hybrid model's pieces on a device, over the CUDA layers (dev/*.hpp): the parameters mirrored
+// from a host HybridModel<T> (DevParams: device values, gradients, AdamW moments, staging sets),
+// one physical layer's branch and pre-norm residual block (DevBranch, DevBlock) picked by the
+// layer table, and the device's GEMM rate. The device executor (dev/executor.hpp) runs a plan over
+// them. Blocks find their weights by canonical name, so a grouped pattern and its flattened form
+// run the same blocks in the same order. With D = Host this is the code a GPU runs, testable
+// anywhere.
 #pragma once
 
 #include <cmath>
@@ -123,17 +119,11 @@ class DevParams {
   std::size_t size_at(std::size_t i) const { return grads_[i].size(); }
 
   // AdamW with global-norm clipping on the device (optimizer.cpp's update, element for element:
-  // with --fmad=false and IEEE sqrt and division it rounds like the CPU). The moments live on the
-  // device; `state` keeps the step count, and its moments only after download_optimizer_state().
-  // The norm: D::sumsq_acc continues one running float64 sum over the parameters in order -- the
-  // CPU's order on the host emulation, a fixed tree per parameter on the GPU.
-  double adamw_step(const AdamWConfig& cfg, AdamWState<T>& state) {
-    const double norm = std::sqrt(sumsq_grads(0.0, [](std::size_t) { return true; }));
-    adamw_apply(cfg, state, clip_factor(cfg, norm));
-    return norm;
-  }
-  // The pieces of adamw_step, for the device executor (whose norm sums over ranks): `ss` continued
-  // by the squared gradients of the parameters i with keep(i), in order.
+  // with --fmad=false and IEEE sqrt and division it rounds like the CPU), in two pieces for the
+  // device executor, whose norm sums over ranks. The moments live on the device; `state` keeps the
+  // step count, and its moments only after download_optimizer_state(). sumsq_grads: `ss` continued
+  // by the squared gradients of the parameters i with keep(i), in order (D::sumsq_acc: the CPU's
+  // order on the host emulation, a fixed tree per parameter on the GPU).
   template <class Keep>
   double sumsq_grads(double ss, Keep&& keep) const {
     for (std::size_t i = 0; i < grads_.size(); ++i)
@@ -203,7 +193,7 @@ class DevParams {
  private:
   std::size_t at(const std::string& canonical) const {
     const auto it = index_.find(canonical);
-    if (it == index_.end()) throw EngineError(ErrorCode::BadConfig, "device model: no parameter " + canonical);
+    if (it == index_.end()) throw EngineError(ErrorCode::BadConfig, "device: no parameter " + canonical);
     return it->second;
   }
   std::vector<ParamRef<T>> refs_;
@@ -423,8 +413,7 @@ std::unique_ptr<DevBranch<D, T>> make_dev_branch(char symbol, const ModelConfig&
 }
 
 // One physical layer on the device, h_out = h + branch(rmsnorm(h)) (the CPU's Block), with its
-// per-microbatch buffers: the device model holds one per layer, the device executor one per layer
-// and microbatch in flight.
+// per-microbatch buffers: the device executor holds one per layer and microbatch in flight.
 template <class D, class T>
 struct DevBlock {
   char symbol = 0;
@@ -485,334 +474,16 @@ DevBlock<D, T> make_dev_block(char sym, const ModelConfig& cfg, DevParams<D, T>&
   return blk;
 }
 
-template <class D, class T>
-class DevModel {
- public:
-  explicit DevModel(HybridModel<T>& host) : host_(host), params_(host.parameters()) {
-    const auto& pattern = host.pattern();
-    const auto& cfg = host.config();
-    const auto keys = patterns::layer_keys(pattern);
-    std::size_t phys = 0;
-    for (const auto& item : pattern.items()) {
-      layer_begin_.push_back(blocks_.size());
-      for (const char sym : item.symbols) {
-        const std::string pre = "layers." + std::to_string(keys.at(phys++).physical) + ".";
-        blocks_.push_back(make_block(sym, pre, T(1)));
-      }
-    }
-    layer_begin_.push_back(blocks_.size());
-    const auto prefixes = patterns::mtp_layer_prefixes(pattern);
-    for (int d = 0; d < pattern.mtp_depths; ++d) {
-      Depth depth;
-      depth.prefix = prefixes.at(static_cast<std::size_t>(d));
-      const auto inner = patterns::mtp_inner_prefixes(pattern, d);
-      const T scale = T(1) / static_cast<T>(pattern.mtp_depths);
-      for (std::size_t j = 0; j < pattern.mtp_items.size(); ++j)
-        depth.blocks.push_back(make_block(pattern.mtp_items[j].symbols.at(0), inner[j], scale));
-      mtp_.push_back(std::move(depth));
-    }
-    (void)cfg;
-  }
-
-  LossBreakdown forward(const Batch& batch) {
-    const ModelConfig& cfg = host_.config();
-    if (batch.tokens.rank() != 2 || batch.tokens.shape != batch.targets.shape)
-      throw EngineError(ErrorCode::BadInput, "batch tokens and targets must both be (B, T)");
-    b_ = batch.tokens.dim(0);
-    t_ = batch.tokens.dim(1);
-    if (b_ < 1 || t_ < 1) throw EngineError(ErrorCode::BadInput, "batch must hold at least one token");
-    try {
-      check_tokens(batch.tokens.data, cfg.vocab_size);
-      check_tokens(batch.targets.data, cfg.vocab_size);
-    } catch (const std::out_of_range& e) {
-      throw EngineError(ErrorCode::BadInput, e.what());
-    }
-    const int n = b_ * t_, c = cfg.hidden, v = cfg.vocab_size;
-    const T eps = static_cast<T>(cfg.norm_eps);
-    const std::size_t nc = static_cast<std::size_t>(n) * c;
-    LossBreakdown loss;
-    tokens_ = upload<D>(batch.tokens.ptr(), batch.tokens.size());
-    targets_ = upload<D>(batch.targets.ptr(), batch.targets.size());
-    if (tracing_ && !mtp_.empty())
-      throw EngineError(ErrorCode::Unsupported, "tracing MTP depths on the device is not supported yet");
-    marks_.clear();
-    Buf<D, T> h(nc);
-    Event t0 = D::record();
-    embedding_forward<D, T>(h.get(), tokens_.get(), params_.w(kWte), n, c);
-    span("pre_process", 'F', -1, t0);
-    // Logical layer by logical layer, in the schedule's slots: pre_dispatch (the members before an
-    // MLP/MoE terminal, then the MoE's norm, router and permutation), mlp, combine.
-    for (std::size_t l = 0; l + 1 < layer_begin_.size(); ++l) {
-      const std::size_t lo = layer_begin_[l], hi = layer_begin_[l + 1];
-      const int layer = static_cast<int>(l);
-      const char last = blocks_[hi - 1].symbol;
-      const std::size_t pre_end = last == '-' || last == 'E' ? hi - 1 : hi;
-      t0 = D::record();
-      for (std::size_t i = lo; i < pre_end; ++i) blocks_[i].forward(h, eps, b_, t_, c);
-      if (last == 'E') {
-        Block& e = blocks_[hi - 1];
-        e.forward_part(0, h, eps, b_, t_, c);
-        span("pre_dispatch", 'F', layer, t0);
-        t0 = D::record();
-        e.forward_part(1, h, eps, b_, t_, c);
-        span("mlp", 'F', layer, t0);
-        t0 = D::record();
-        e.forward_part(2, h, eps, b_, t_, c);
-        span("combine", 'F', layer, t0);
-      } else if (last == '-') {
-        if (pre_end > lo) span("pre_dispatch", 'F', layer, t0);
-        t0 = D::record();
-        blocks_[hi - 1].forward(h, eps, b_, t_, c);
-        span("mlp", 'F', layer, t0);
-      } else {
-        span("pre_dispatch", 'F', layer, t0);
-      }
-      for (std::size_t i = lo; i < hi; ++i) {
-        loss.aux += static_cast<double>(blocks_[i].branch->aux_loss());
-        loss.z += static_cast<double>(blocks_[i].branch->z_loss());
-      }
-    }
-    h_pre_final_ = std::move(h);
-    t0 = D::record();
-    h_final_.resize(nc);
-    fn_rstd_.resize(static_cast<std::size_t>(n));
-    rmsnorm_forward<D, T>(h_final_.get(), fn_rstd_.get(), h_pre_final_.get(), params_.w(kFinalNorm), n, c, eps);
-    logits_.resize(static_cast<std::size_t>(n) * v);
-    output_forward<D, T>(logits_.get(), h_final_.get(), params_.w(kOut), n, c, v);
-    const T lm_weight = T(1) / static_cast<T>(n);  // HybridModel's weight
-    const std::vector<T> lm_w(static_cast<std::size_t>(n), lm_weight);
-    lm_weights_ = upload<D>(lm_w.data(), lm_w.size());
-    lse_.resize(static_cast<std::size_t>(n));
-    loss.lm = static_cast<double>(
-        cross_entropy_forward<D, T>(lse_.get(), logits_.get(), targets_.get(), lm_weights_.get(), n, v));
-    span("post_process", 'F', -1, t0);
-
-    const Buf<D, T>* prev = &h_final_;
-    Tensor<int> ids = batch.tokens, tgt = batch.targets;
-    const int depths = static_cast<int>(mtp_.size());
-    for (int d = 0; d < depths; ++d) {
-      Depth& md = mtp_[static_cast<std::size_t>(d)];
-      ids = roll_left(ids);
-      tgt = roll_left(tgt);
-      md.ids = upload<D>(ids.ptr(), ids.size());
-      md.targets = upload<D>(tgt.ptr(), tgt.size());
-      const int valid_t = t_ - (d + 1) > 0 ? t_ - (d + 1) : 0;
-      std::vector<T> wts(static_cast<std::size_t>(n), T(0));
-      if (valid_t > 0) {
-        const T w = static_cast<T>(cfg.mtp_loss_scaling) / static_cast<T>(depths) /
-                    static_cast<T>(static_cast<long>(b_) * valid_t);
-        for (int i = 0; i < b_; ++i)
-          for (int j = 0; j < valid_t; ++j) wts[static_cast<std::size_t>(i * t_ + j)] = w;
-      }
-      md.weights = upload<D>(wts.data(), wts.size());
-      md.emb.resize(nc);
-      md.en.resize(nc);
-      md.hn.resize(nc);
-      md.en_rstd.resize(static_cast<std::size_t>(n));
-      md.hn_rstd.resize(static_cast<std::size_t>(n));
-      embedding_forward<D, T>(md.emb.get(), md.ids.get(), params_.w(kWte), n, c);
-      rmsnorm_forward<D, T>(md.en.get(), md.en_rstd.get(), md.emb.get(), params_.w(md.prefix + "enorm.weight"), n, c, eps);
-      md.hin.resize(nc);
-      D::copy(md.hin.get(), prev->get(), nc);
-      rmsnorm_forward<D, T>(md.hn.get(), md.hn_rstd.get(), md.hin.get(), params_.w(md.prefix + "hnorm.weight"), n, c, eps);
-      // eh_proj(cat(enorm(emb), hnorm(h))): the embedding half first, as Megatron concatenates.
-      md.cat.resize(2 * nc);
-      concat_rows<D, T>(md.cat.get(), md.en.get(), md.hn.get(), n, c);
-      Buf<D, T> x(nc);
-      D::gemm(x.get(), md.cat.get(), params_.w(md.prefix + "eh_proj.weight"), n, c, 2 * c, false, true, false);
-      for (auto& blk : md.blocks) {
-        blk.forward(x, eps, b_, t_, c);
-        loss.aux += static_cast<double>(blk.branch->aux_loss());
-        loss.z += static_cast<double>(blk.branch->z_loss());
-      }
-      md.pre = std::move(x);
-      md.hout.resize(nc);
-      md.fn_rstd.resize(static_cast<std::size_t>(n));
-      rmsnorm_forward<D, T>(md.hout.get(), md.fn_rstd.get(), md.pre.get(), params_.w(md.prefix + "final_layernorm.weight"),
-                            n, c, eps);
-      md.logits.resize(static_cast<std::size_t>(n) * v);
-      output_forward<D, T>(md.logits.get(), md.hout.get(), params_.w(kOut), n, c, v);
-      md.lse.resize(static_cast<std::size_t>(n));
-      loss.mtp.push_back(static_cast<double>(
-          cross_entropy_forward<D, T>(md.lse.get(), md.logits.get(), md.targets.get(), md.weights.get(), n, v)));
-      prev = &md.hout;
-    }
-    loss.total = loss.lm + loss.aux + loss.z;
-    for (const double m : loss.mtp) loss.total += m;
-    have_forward_ = true;
-    return loss;
-  }
-
-  // Gradients of LossBreakdown::total accumulate into the device gradients.
-  void backward() {
-    if (!have_forward_) throw EngineError(ErrorCode::BadInput, "backward() called before forward()");
-    const ModelConfig& cfg = host_.config();
-    const int n = b_ * t_, c = cfg.hidden, v = cfg.vocab_size;
-    const std::size_t nc = static_cast<std::size_t>(n) * c;
-    Buf<D, T> dnext;
-    for (int d = static_cast<int>(mtp_.size()) - 1; d >= 0; --d) {
-      Depth& md = mtp_[static_cast<std::size_t>(d)];
-      Buf<D, T> dlogits = zeros(static_cast<std::size_t>(n) * v), dhout = zeros(nc);
-      cross_entropy_backward<D, T>(dlogits.get(), md.logits.get(), md.targets.get(), md.weights.get(), md.lse.get(), n,
-                                   v, T(1));
-      output_backward<D, T>(dhout.get(), params_.g(kOut), dlogits.get(), md.hout.get(), params_.w(kOut), n, c, v);
-      if (dnext.size() > 0) add_into(dhout, dnext);
-      Buf<D, T> dx = zeros(nc);
-      rmsnorm_backward<D, T>(dx.get(), params_.g(md.prefix + "final_layernorm.weight"), dhout.get(), md.pre.get(),
-                             params_.w(md.prefix + "final_layernorm.weight"), md.fn_rstd.get(), n, c);
-      for (auto it = md.blocks.rbegin(); it != md.blocks.rend(); ++it) it->backward(dx, b_, t_, c);
-      Buf<D, T> dcat = zeros(2 * nc);
-      D::gemm(dcat.get(), dx.get(), params_.w(md.prefix + "eh_proj.weight"), n, 2 * c, c, false, false, true);
-      D::gemm(params_.g(md.prefix + "eh_proj.weight"), dx.get(), md.cat.get(), c, 2 * c, n, true, false, true);
-      Buf<D, T> den(nc), dhn(nc);
-      split_rows<D, T>(den.get(), dhn.get(), dcat.get(), n, c);
-      Buf<D, T> demb = zeros(nc);
-      rmsnorm_backward<D, T>(demb.get(), params_.g(md.prefix + "enorm.weight"), den.get(), md.emb.get(),
-                             params_.w(md.prefix + "enorm.weight"), md.en_rstd.get(), n, c);
-      embedding_backward<D, T>(params_.g(kWte), demb.get(), md.ids.get(), n, c);
-      dnext = zeros(nc);
-      rmsnorm_backward<D, T>(dnext.get(), params_.g(md.prefix + "hnorm.weight"), dhn.get(), md.hin.get(),
-                             params_.w(md.prefix + "hnorm.weight"), md.hn_rstd.get(), n, c);
-    }
-    Event t0 = D::record();
-    Buf<D, T> dlogits = zeros(static_cast<std::size_t>(n) * v), dhf = zeros(nc);
-    cross_entropy_backward<D, T>(dlogits.get(), logits_.get(), targets_.get(), lm_weights_.get(), lse_.get(), n, v, T(1));
-    output_backward<D, T>(dhf.get(), params_.g(kOut), dlogits.get(), h_final_.get(), params_.w(kOut), n, c, v);
-    if (dnext.size() > 0) add_into(dhf, dnext);
-    Buf<D, T> dh = zeros(nc);
-    rmsnorm_backward<D, T>(dh.get(), params_.g(kFinalNorm), dhf.get(), h_pre_final_.get(), params_.w(kFinalNorm),
-                           fn_rstd_.get(), n, c);
-    span("post_process", 'B', -1, t0);
-    for (std::size_t l = layer_begin_.size() - 1; l-- > 0;) {
-      const std::size_t lo = layer_begin_[l], hi = layer_begin_[l + 1];
-      const int layer = static_cast<int>(l);
-      const char last = blocks_[hi - 1].symbol;
-      const std::size_t pre_end = last == '-' || last == 'E' ? hi - 1 : hi;
-      t0 = D::record();
-      if (last == 'E') {
-        Block& e = blocks_[hi - 1];
-        e.backward_part(0, dh, b_, t_, c);
-        span("combine", 'B', layer, t0);
-        t0 = D::record();
-        e.backward_part(1, dh, b_, t_, c);
-        span("mlp", 'B', layer, t0);
-        t0 = D::record();
-        e.backward_part(2, dh, b_, t_, c);
-      } else if (last == '-') {
-        blocks_[hi - 1].backward(dh, b_, t_, c);
-        span("mlp", 'B', layer, t0);
-        t0 = D::record();
-      }
-      for (std::size_t i = pre_end; i-- > lo;) blocks_[i].backward(dh, b_, t_, c);
-      if (last == 'E' || pre_end > lo) span("pre_dispatch", 'B', layer, t0);
-    }
-    t0 = D::record();
-    embedding_backward<D, T>(params_.g(kWte), dh.get(), tokens_.get(), n, c);
-    span("pre_process", 'B', -1, t0);
-  }
-
-  // Timing of the slot pieces (pre_process, pre_dispatch, mlp, combine, post_process; forward and
-  // backward) of the next forward and backward, with the device's own clock (CUDA events on the
-  // GPU): what `train --backend cuda --trace` maps onto the nodes of a plan. MTP depths are not
-  // traced yet (forward throws).
-  void set_tracing(bool on) { tracing_ = on; }
-  DevParams<D, T>& params() { return params_; }
-  struct TracedSpan {
-    std::string slot;
-    char phase = 'F';
-    int layer = -1;  // logical layer; -1 for pre/post-process
-    double start_s = 0, duration_s = 0;
-  };
-  std::vector<TracedSpan> take_trace() {
-    std::vector<TracedSpan> out;
-    if (marks_.empty()) return out;
-    D::synchronize();
-    const Event origin = marks_.front().begin;
-    for (const auto& m : marks_)
-      out.push_back({m.slot, m.phase, m.layer, D::seconds(origin, m.begin), D::seconds(m.begin, m.end)});
-    for (auto& m : marks_) {
-      D::release_event(m.begin);
-      D::release_event(m.end);
-    }
-    marks_.clear();
-    return out;
-  }
-
-  void zero_grad() { params_.zero_grad(); }
-  void download_grads() { params_.download_grads(); }
-  void upload_params() { params_.upload_params(); }
-  void download_params() { params_.download_params(); }
-  double adamw_step(const AdamWConfig& cfg, AdamWState<T>& state) { return params_.adamw_step(cfg, state); }
-  void download_optimizer_state(AdamWState<T>& state) const { params_.download_optimizer_state(state); }
-  void upload_optimizer_state(const AdamWState<T>& state) { params_.upload_optimizer_state(state); }
-  std::vector<T> logits() const {
-    std::vector<T> out(logits_.size());
-    D::download(out.data(), logits_.get(), out.size());
-    return out;
-  }
-
- private:
-  static constexpr const char* kWte = "embedding.word_embeddings.weight";
-  static constexpr const char* kFinalNorm = "decoder.final_norm.weight";
-  static constexpr const char* kOut = "output_layer.weight";
-
-  using Block = DevBlock<D, T>;
-  struct Depth {
-    std::string prefix;
-    std::vector<Block> blocks;
-    Buf<D, int> ids, targets;
-    Buf<D, T> weights, emb, en, hn, hin, cat, pre, hout, logits, lse, en_rstd, hn_rstd, fn_rstd;
-  };
-
-  Block make_block(char sym, const std::string& pre, T loss_scale) {
-    return make_dev_block<D, T>(sym, host_.config(), params_, pre, loss_scale);
-  }
-  static Buf<D, T> zeros(std::size_t n) {
-    Buf<D, T> b;
-    b.assign_zero(n);
-    return b;
-  }
-  static void add_into(Buf<D, T>& dst, const Buf<D, T>& src) {
-    add_inplace<D, T>(dst.get(), src.get(), static_cast<long>(dst.size()));
-  }
-
-  using Event = typename D::Event;
-  struct Mark {
-    std::string slot;
-    char phase;
-    int layer;
-    Event begin, end;
-  };
-  void span(const char* slot, char phase, int layer, Event begin) {
-    if (tracing_)
-      marks_.push_back({slot, phase, layer, begin, D::record()});
-    else
-      D::release_event(begin);
-  }
-
-  HybridModel<T>& host_;
-  DevParams<D, T> params_;
-  std::vector<Block> blocks_;
-  std::vector<std::size_t> layer_begin_;  // first block of each logical layer, then blocks_.size()
-  bool tracing_ = false;
-  std::vector<Mark> marks_;
-  std::vector<Depth> mtp_;
-  int b_ = 0, t_ = 0;
-  bool have_forward_ = false;
-  Buf<D, int> tokens_, targets_;
-  Buf<D, T> h_pre_final_, h_final_, fn_rstd_, logits_, lm_weights_, lse_;
-};
-
 }  // namespace ht::engine::dev
 
 #include <algorithm>
 #include <chrono>
 
-#include "ht/engine/cuda/device_model.hpp"
+#include "ht/engine/cuda/device_checks.hpp"
 
 namespace ht::engine::dev {
 
-// measure_gemm_tflops_* (device_model.hpp) for a policy D.
+// measure_gemm_tflops_* (device_checks.hpp) for a policy D.
 template <class D>
 double measure_gemm_tflops(int n, int reps) {
   const std::size_t nn = static_cast<std::size_t>(n) * n;
@@ -832,34 +503,5 @@ double measure_gemm_tflops(int n, int reps) {
   }
   return best;
 }
-
-// DevModel<D, float> behind the plain DeviceModel interface (device_model.hpp).
-template <class D>
-class DeviceModelOn final : public cuda::DeviceModel {
- public:
-  DeviceModelOn(HybridModel<float>& host, std::string name) : m_(host), name_(std::move(name)) {}
-  std::string device() const override { return name_; }
-  LossBreakdown forward(const Batch& batch) override { return m_.forward(batch); }
-  void backward() override { m_.backward(); }
-  void zero_grad() override { m_.zero_grad(); }
-  void download_grads() override { m_.download_grads(); }
-  void upload_params() override { m_.upload_params(); }
-  void download_params() override { m_.download_params(); }
-  double adamw_step(const AdamWConfig& cfg, AdamWState<float>& state) override { return m_.adamw_step(cfg, state); }
-  void download_optimizer_state(AdamWState<float>& state) const override { m_.download_optimizer_state(state); }
-  void upload_optimizer_state(const AdamWState<float>& state) override { m_.upload_optimizer_state(state); }
-  void synchronize() override { D::synchronize(); }
-  void set_tracing(bool on) override { m_.set_tracing(on); }
-  std::vector<Span> take_trace() override {
-    std::vector<Span> out;
-    for (const auto& s : m_.take_trace()) out.push_back({s.slot, s.phase, s.layer, s.start_s, s.duration_s});
-    return out;
-  }
-  double gemm_flops() const override { return D::gemm_flops_total(); }
-
- private:
-  DevModel<D, float> m_;
-  std::string name_;
-};
 
 }  // namespace ht::engine::dev

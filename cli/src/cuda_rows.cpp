@@ -1,8 +1,7 @@
-// `hybrid-twin verify --backend cuda`: runs engine::cuda::compare_cpu_vs_cuda (every Backend
-// operation on the CPU reference and on the GPU, same inputs) and prints its rows in the format
-// of the CPU verify rows: pair `cpu_vs_cuda`, config = operation, max_abs_diff, bitwise, verdict,
-// and the applied bound as the note; then one `cpu_vs_cuda_layer` row per CUDA layer quantity
-// (engine::cuda::compare_layers_cuda). `--backend cuda-host` prints the layer rows of the same
+// `hybrid-twin verify --backend cuda`: one `cpu_vs_cuda_layer` row per CUDA layer quantity
+// (engine::cuda::compare_layers_cuda: the layer on the GPU and on the CPU reference, same inputs)
+// in the format of the CPU verify rows: pair, config, max_abs_diff, bitwise, verdict, and the
+// applied bound as the note. `--backend cuda-host` prints the layer rows of the same
 // layer code on the host emulation of the device, which needs no GPU. Both end with the whole-model
 // rows (engine::cuda::compare_models): grouped vs flattened on the device, device vs CPU, and the
 // EP-overlap executor rows (engine::cuda::compare_executors): combined 1F1B vs sequential and
@@ -20,7 +19,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ht/engine/cuda/compare.hpp"
 #include "ht/engine/cuda/device_executor.hpp"
 #include "ht/engine/cuda/layer_compare.hpp"
 #include "ht/engine/cuda_probe.hpp"
@@ -86,8 +84,6 @@ int verify_cpu_vs_cuda(bool json_out) {
   if (!cuda_usable_or_say_why()) return 2;
   io::log::say("verify") << "cpu_vs_cuda on " << engine::cuda_probe().device_name;
   std::vector<VerifyRow> rows;
-  for (const auto& r : engine::cuda::compare_cpu_vs_cuda(42))
-    rows.push_back({"cpu_vs_cuda", r.op, r.max_abs_diff, r.bitwise, r.pass ? "pass" : "fail", r.note});
   add_layer_rows(rows, "cpu_vs_cuda_layer", engine::cuda::compare_layers_cuda(42, {}));
   add_model_rows(rows, engine::cuda::compare_models(engine::cuda::make_cuda_executor, 42));
   // Two GPUs of this process (NCCL) when it has them; else the row is skipped, saying why.

@@ -22,8 +22,8 @@ int print_verify_rows(const std::vector<VerifyRow>& rows, bool json_out);
 // "hybrid-twin: no usable CUDA GPU: <reason>" to stderr and returns false (callers exit 2).
 bool cuda_usable_or_say_why();
 
-// `hybrid-twin verify --backend cuda`: one `cpu_vs_cuda` row per Backend operation and one
-// `cpu_vs_cuda_layer` row per CUDA layer quantity, as a table or
+// `hybrid-twin verify --backend cuda`: one `cpu_vs_cuda_layer` row per CUDA layer quantity, the
+// whole-model and executor rows, as a table or
 // (json_out) the JSON list of the CPU rows' keys. Exit code: 2 without a usable GPU, 1 when a row
 // fails, else 0.
 int verify_cpu_vs_cuda(bool json_out);

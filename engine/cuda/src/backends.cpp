@@ -129,9 +129,6 @@ KernelTable cuda::measure_kernel_table_cuda(const KernelBenchOptions& o) { retur
 
 namespace cuda {
 
-std::vector<OpComparison> compare_cpu_vs_cuda(std::uint64_t seed, const CompareShape& shape) {
-  return cuda_or_throw().compare_ops(seed, shape);
-}
 std::vector<LayerComparison> compare_layers_cuda(std::uint64_t seed, const LayerShape& shape) {
   return cuda_or_throw().compare_layers(seed, shape);
 }

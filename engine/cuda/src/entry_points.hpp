@@ -12,7 +12,6 @@
 #include <memory>
 #include <vector>
 
-#include "ht/engine/cuda/compare.hpp"
 #include "ht/engine/cuda/device_executor.hpp"
 #include "ht/engine/cuda/layer_compare.hpp"
 #include "ht/engine/cuda/process_group.hpp"
@@ -24,7 +23,6 @@ namespace ht::engine::cuda {
 struct CudaEntryPoints {
   std::size_t size = sizeof(CudaEntryPoints);
   CudaProbe (*probe)();
-  std::vector<OpComparison> (*compare_ops)(std::uint64_t, const CompareShape&);
   std::vector<LayerComparison> (*compare_layers)(std::uint64_t, const LayerShape&);
   KernelTable (*measure_kernel_table)(const KernelBenchOptions&);
   double (*measure_gemm_tflops)(int, int);
@@ -43,7 +41,6 @@ struct MpiEntryPoints {
 // through the table.
 namespace gpu {
 CudaProbe cuda_probe();
-std::vector<OpComparison> compare_cpu_vs_cuda(std::uint64_t seed, const CompareShape& shape);
 std::vector<LayerComparison> compare_layers_cuda(std::uint64_t seed, const LayerShape& shape);
 KernelTable measure_kernel_table_cuda(const KernelBenchOptions& options);
 double measure_gemm_tflops_cuda(int n, int reps);

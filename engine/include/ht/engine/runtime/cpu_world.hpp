@@ -41,8 +41,7 @@ struct RankContext {
 class CpuWorld {
  public:
   explicit CpuWorld(CpuWorldOptions options);
-  explicit CpuWorld(int ranks, LinkModel link = {})
-      : CpuWorld(make_options(ranks, link)) {}
+  explicit CpuWorld(int ranks, LinkModel link = {}) : CpuWorld(CpuWorldOptions{ranks, link}) {}
   ~CpuWorld();
   CpuWorld(const CpuWorld&) = delete;
   CpuWorld& operator=(const CpuWorld&) = delete;
@@ -66,12 +65,6 @@ class CpuWorld {
   traces::Timeline timeline() const;
 
  private:
-  static CpuWorldOptions make_options(int ranks, LinkModel link) {
-    CpuWorldOptions o;
-    o.ranks = ranks;
-    o.link = link;
-    return o;
-  }
   CpuWorldOptions options_;
   TraceRecorder recorder_;
   InProcTransport transport_;

@@ -259,9 +259,6 @@ class DevExecutor {
     D::synchronize_all();  // returns once every update is done (timing, checkpoints)
     return norm;
   }
-  std::int64_t optimizer_steps() const {
-    return adam_.empty() ? 0 : adam_.at(static_cast<std::size_t>(first_)).step;
-  }
   // Rank r's AdamW moments (downloaded) and step; and rank r taking its host parameters' values
   // (parameters(r)'s tensors) and `state`'s moments and step.
   AdamWState<T> optimizer_state(int r) {

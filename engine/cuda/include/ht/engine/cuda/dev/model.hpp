@@ -45,7 +45,6 @@ struct DevBranch {
   // MoE only: the branch in the schedule's slot pieces (dev/moe.hpp). Forward part 0 routes and
   // permutes x, 1 runs the experts, 2 writes out; backward part 0 is the combine, 1 the experts,
   // 2 the router into dx. Running the parts in order is forward() / backward(), bit for bit.
-  virtual bool has_parts() const { return false; }
   virtual void forward_part(int, const T*, T*, int, int) {}
   virtual void backward_part(int, const T*, const T*, T*, int, int, WgradSink<T>*) {}
 };
@@ -265,21 +264,19 @@ class MlpBranchD final : public DevBranch<D, T> {
   SwiGLUCacheD<D, T> cache_;
 };
 
-// The experts of an MoE layer one device rank holds: [first, first + count); count < 0: all.
+// The experts of an MoE layer one device rank holds: [first, first + count).
 struct ExpertShard {
-  int first = 0, count = -1;
+  int first = 0, count = 0;
 };
 
-// 'E'. With a shard (the device executor's expert parallelism) it holds only the rank's experts,
-// and the experts piece runs them on the shard's rows, which the executor exchanges between ranks
-// after route_permute and before combine.
+// 'E', holding only its rank's experts (the device executor's expert parallelism): the experts
+// piece runs them on the shard's rows, which the executor exchanges between ranks after
+// route_permute and before combine.
 template <class D, class T>
 class MoeBranchD final : public DevBranch<D, T> {
  public:
-  MoeBranchD(const ModelConfig& cfg, DevParams<D, T>& p, const std::string& pre, T loss_scale, ExpertShard shard = {})
+  MoeBranchD(const ModelConfig& cfg, DevParams<D, T>& p, const std::string& pre, T loss_scale, ExpertShard shard)
       : cfg_(cfg), scale_(loss_scale) {
-    sharded_ = shard.count >= 0;
-    if (!sharded_) shard.count = cfg.num_experts;
     shard_.first = shard.first;
     shard_.count = shard.count;
     w_.experts.resize(static_cast<std::size_t>(cfg.num_experts));
@@ -301,12 +298,10 @@ class MoeBranchD final : public DevBranch<D, T> {
   void backward(const T* x, const T* dout, T* dx, int b, int t, WgradSink<T>* wgrad) override {
     for (int part = 0; part < 3; ++part) backward_part(part, x, dout, dx, b, t, wgrad);
   }
-  bool has_parts() const override { return true; }
   void forward_part(int part, const T* x, T* out, int b, int t) override {
     const int c = cfg_.hidden;
     if (part == 0) moe_route_permute<D, T>(cfg_, w_, x, b * t, c, cache_, scale_);
-    if (part == 1 && !sharded_) moe_experts_forward<D, T>(w_, c, cache_);
-    if (part == 1 && sharded_) {
+    if (part == 1) {
       shard_.out.assign_zero(static_cast<std::size_t>(shard_.rows()) * c);
       experts_forward<D, T>(w_, shard_.first, shard_.start, shard_.in.get(), shard_.out.get(), c, shard_.caches);
     }
@@ -316,8 +311,7 @@ class MoeBranchD final : public DevBranch<D, T> {
   void backward_part(int part, const T* x, const T* dout, T* dx, int, int, WgradSink<T>* wgrad) override {
     const int c = cfg_.hidden;
     if (part == 0) moe_combine_backward<D, T>(w_, x, dout, dx, g_, c, cache_, wgrad);
-    if (part == 1 && !sharded_) moe_experts_backward<D, T>(w_, g_, c, cache_, wgrad);
-    if (part == 1 && sharded_) {
+    if (part == 1) {
       shard_.din.assign_zero(static_cast<std::size_t>(shard_.rows()) * c);
       experts_backward<D, T>(w_, g_, shard_.first, shard_.start, shard_.in.get(), shard_.dout.get(), shard_.din.get(), c,
                              shard_.caches, wgrad);
@@ -335,7 +329,6 @@ class MoeBranchD final : public DevBranch<D, T> {
   MoeW<T> w_;
   MoeGrad<T> g_;
   MoeCacheD<D, T> cache_;
-  bool sharded_ = false;
   MoeShardD<D, T> shard_;
 };
 

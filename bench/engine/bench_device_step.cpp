@@ -119,7 +119,7 @@ int main(int argc, char** argv) try {
     write_safetensors((dir / "batch.safetensors").string(), {{"tokens", &tok}, {"targets", &tgt}});
   }
 
-  // The peer first: the device model's memory (and its block cache) is not held while it runs.
+  // The peer first: the device's memory (and its block cache) is not held while it runs.
   nlohmann::json ref = nlohmann::json::object();
   if (torch) {
     const std::string cmd = "OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 " + python + " '" + HT_TORCH_STEP_SCRIPT + "' '" +

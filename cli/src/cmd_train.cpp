@@ -218,7 +218,11 @@ int run_executor(TrainArgs a) {
   // first node to its last; the device executor's keep a host copy of what they hold besides.
   const int layout_ranks = a.parallel.global_ranks();
   const auto need = [&] {
-    return he::estimate_training_memory(parsed, dims, a.parallel, plan, true, a.backend == "cpu" ? 0.0 : 8.0);
+    auto e = he::estimate_training_memory(parsed, dims, a.parallel, plan, true, a.backend == "cpu" ? 0.0 : 8.0);
+    // Checkpoints keep one whole model beside the ranks (values, gradients and AdamW moments: 16
+    // bytes a parameter) and one rank's moments in transit while it is gathered (8 at the most).
+    if (checkpoints) e.bytes += 24.0 * he::estimate_training_memory(parsed, a.cfg, a.batch, a.seq).parameters;
+    return e;
   };
   if (memory_gate(a, parsed, need, layout_ranks)) return 0;
   if (!a.checkpoint.empty()) io::check_output_directory(a.checkpoint, "checkpoint directory");
@@ -288,7 +292,7 @@ int run_executor(TrainArgs a) {
                                   << (so.delay_wgrad ? ", delayed wgrad" : "") << "), " << mbs << " microbatches of "
                                   << a.batch << " x " << a.seq << " bytes per data rank";
 
-  std::vector<double> losses, step_seconds;
+  std::vector<double> losses, lm_losses, step_seconds;
   double seconds = 0;
   // Timelines of the candidate steps for --trace-step median (all but the first; the latest 63
   // when a run is longer, to bound memory), or only the last.
@@ -310,6 +314,7 @@ int run_executor(TrainArgs a) {
     seconds += dt;
     step_seconds.push_back(dt);
     losses.push_back(res.total);
+    lm_losses.push_back(res.lm);
     last_summary = traces::summarize(res.timeline);
     if (a.trace_step == "median") {
       if (i > 0 || a.steps == 1) kept.emplace_back(i, std::move(res.timeline));
@@ -320,8 +325,9 @@ int run_executor(TrainArgs a) {
     }
     if (!a.quiet)
       io::log::Line("step", false) << "step " << std::setw(5) << step + 1 << "  loss " << std::fixed
-                                   << std::setprecision(4) << losses.back() << "  |g| " << std::setprecision(3) << gnorm
-                                   << "  " << std::setprecision(1) << dt * 1e3 << " ms  " << std::setprecision(0)
+                                   << std::setprecision(4) << losses.back() << "  lm " << lm_losses.back() << "  |g| "
+                                   << std::setprecision(3) << gnorm << "  " << std::setprecision(1) << dt * 1e3
+                                   << " ms  " << std::setprecision(0)
                                    << static_cast<double>(per_step) * a.batch * a.seq / dt << " tok/s";
     if (saver.due(i + 1))
       if (const auto code = saver.save(step + 1, gather, *whole, state)) return *code;
@@ -358,30 +364,44 @@ int run_executor(TrainArgs a) {
   const double tokens_per_s = seconds > 0 ? static_cast<double>(a.steps * per_step) * a.batch * a.seq / seconds : 0.0;
   const double final_loss = losses.empty() ? 0.0 : losses.back();
   if (a.json_out) {
-    nlohmann::json j = {{"pattern", parsed.text},     {"parameters", nparams},
-                        {"ep", a.parallel.ep},        {"pp", a.parallel.pp},
-                        {"vpp", a.parallel.vpp},      {"microbatches", mbs},
-                        {"schedule", ex.plan->schedule}, {"overlap", so.overlap},
-                        {"backend", a.backend},       {"device", ex.device},
-                        {"delay_wgrad", so.delay_wgrad},  {"steps", a.steps},
-                        {"batch", a.batch},           {"seq", a.seq},
-                        {"seed", a.seed},             {"data", corpus.source},
-                        {"losses", losses},           {"final_loss", final_loss},
-                        {"step_seconds", step_seconds}, {"tokens_per_s", tokens_per_s},
-                        {"seconds", seconds},         {"link_gbps", a.link_gbps},
+    nlohmann::json j = {{"pattern", parsed.text},
+                        {"parameters", nparams},
+                        {"ep", a.parallel.ep},
+                        {"pp", a.parallel.pp},
+                        {"vpp", a.parallel.vpp},
+                        {"microbatches", mbs},
+                        {"schedule", ex.plan->schedule},
+                        {"overlap", so.overlap},
+                        {"backend", a.backend},
+                        {"device", ex.device},
+                        {"delay_wgrad", so.delay_wgrad},
+                        {"steps", a.steps},
+                        {"batch", a.batch},
+                        {"seq", a.seq},
+                        {"seed", a.seed},
+                        {"data", corpus.source},
+                        {"losses", losses},
+                        {"lm_losses", lm_losses},
+                        {"final_loss", final_loss},
+                        {"step_seconds", step_seconds},
+                        {"tokens_per_s", tokens_per_s},
+                        {"seconds", seconds},
+                        {"link_gbps", a.link_gbps},
                         {"link_latency_us", a.link_latency_us},
-                        {"last_step", {{"span_s", last_summary.span_s},
-                                       {"compute_busy_s", last_summary.compute_busy_s},
-                                       {"comm_busy_s", last_summary.comm_busy_s},
-                                       {"comm_exposed_s", last_summary.comm_exposed_s},
-                                       {"hidden_fraction", last_summary.hidden_fraction}}},
-                        {"traced_step", {{"step", traced_index + 1},
-                                         {"choice", a.trace_step},
-                                         {"span_s", sum.span_s},
-                                         {"compute_busy_s", sum.compute_busy_s},
-                                         {"comm_busy_s", sum.comm_busy_s},
-                                         {"comm_exposed_s", sum.comm_exposed_s},
-                                         {"hidden_fraction", sum.hidden_fraction}}},
+                        {"last_step",
+                         {{"span_s", last_summary.span_s},
+                          {"compute_busy_s", last_summary.compute_busy_s},
+                          {"comm_busy_s", last_summary.comm_busy_s},
+                          {"comm_exposed_s", last_summary.comm_exposed_s},
+                          {"hidden_fraction", last_summary.hidden_fraction}}},
+                        {"traced_step",
+                         {{"step", traced_index + 1},
+                          {"choice", a.trace_step},
+                          {"span_s", sum.span_s},
+                          {"compute_busy_s", sum.compute_busy_s},
+                          {"comm_busy_s", sum.comm_busy_s},
+                          {"comm_exposed_s", sum.comm_exposed_s},
+                          {"hidden_fraction", sum.hidden_fraction}}},
                         {"config", he::config_to_json(a.cfg)}};
     if (!a.trace.empty()) j["trace"] = a.trace;
     if (!a.checkpoint.empty()) j["checkpoint"] = a.checkpoint;
@@ -554,8 +574,8 @@ const Registration reg{{
                      "a thread each (cuda: GPUs 0..N-1, NCCL; cuda-host: N threads)")
           ->capture_default_str();
       sub.add_option("--backend", a->backend,
-                     "cpu; cuda: forward/backward and AdamW on the GPU (one model, or with --dp, --ep and the "
-                     "other schedule flags the device executor's ranks sharing the GPU); cuda-host: the same CUDA "
+                     "cpu; cuda: forward/backward and AdamW on the GPU by the device executor (one rank, or with "
+                     "--dp, --ep and the other schedule flags its ranks sharing the GPU); cuda-host: the same CUDA "
                      "code on the host emulation (no GPU). Under mpirun -np P with --ep, each process runs EP/P of "
                      "the ranks (cuda: one GPU per process on a node, NCCL; cuda-host: MPI)")
           ->check(CLI::IsMember({"cpu", "cuda", "cuda-host"}))

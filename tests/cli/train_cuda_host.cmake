@@ -20,6 +20,21 @@ string(JSON n LENGTH "${losses_cpu}")
 if(NOT n EQUAL 3 OR NOT losses_cpu STREQUAL losses_cuda-host)
   message(FATAL_ERROR "losses differ: cpu ${losses_cpu} vs cuda-host ${losses_cuda-host}")
 endif()
+# The main head's part of the loss beside an MTP depth's (HybridModel's LossBreakdown::lm on the
+# CPU; the device executor's main head): equal, and below the total.
+foreach(backend cpu cuda-host)
+  execute_process(COMMAND ${BIN} train --backend ${backend} --pattern "M[*]*/*" --steps 2 --batch 2 --seq 24 --json --quiet
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "train --backend ${backend} with MTP: exit ${rc}: ${err}")
+  endif()
+  string(JSON lm_${backend} GET "${out}" lm_losses)
+  string(JSON total_${backend} GET "${out}" losses 0)
+endforeach()
+string(JSON lm0 GET "${lm_cpu}" 0)
+if(NOT lm_cpu STREQUAL lm_cuda-host OR NOT lm0 LESS total_cpu)
+  message(FATAL_ERROR "lm losses: cpu ${lm_cpu} vs cuda-host ${lm_cuda-host} (total ${total_cpu})")
+endif()
 set(args --pattern "M[*]M*" --batch 2 --seq 24 --json --quiet)
 execute_process(COMMAND ${BIN} train --backend cpu ${args} --steps 4 RESULT_VARIABLE rc OUTPUT_VARIABLE out)
 string(JSON straight GET "${out}" losses)
@@ -45,7 +60,7 @@ foreach(backend cpu cuda-host)
 endforeach()
 # Data-parallel ranks sharing the device (the device executor, DP 2, EP 1): the CPU executor's
 # EP = DP = 2 losses (no SwiGLU layer, so the device code rounds like the CPU's; the gradient sum is
-# its all-reduce); like every executor run, it writes no checkpoint yet.
+# its all-reduce).
 set(dpargs --pattern "M[*]G" --steps 3 --batch 2 --seq 24 --json --quiet)
 execute_process(COMMAND ${BIN} train --backend cuda-host --dp 2 ${dpargs} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)

@@ -1,5 +1,5 @@
-// Row-major GEMM on cuBLAS in the layout of cpu::matmul (gemm.hpp), used by the CudaBackend and
-// by the CUDA layers' device policy. FP32 runs with CUBLAS_COMPUTE_32F_PEDANTIC (no TF32, no
+// Row-major GEMM on cuBLAS in the layout of cpu::matmul (gemm.hpp), used by the CUDA layers'
+// device policy (dev_cuda.cuh). FP32 runs with CUBLAS_COMPUTE_32F_PEDANTIC (no TF32, no
 // reduced-precision reductions); float64 runs cublasDgemm. One handle on one stream: the setting
 // under which cuBLAS results repeat bit for bit run to run on one GPU model.
 //

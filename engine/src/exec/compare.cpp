@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <set>
 
 #include "ht/engine/error.hpp"
 #include "ht/engine/rng.hpp"
@@ -48,25 +49,29 @@ Owned owned(Executor& e) {
 void gather_model(const Owned& run, HybridModel<float>& model, AdamWState<float>* state) {
   std::map<std::string, ParamRef<float>> into;
   for (auto& p : model.parameters()) into.emplace(p.canonical, p);
-  std::map<std::string, bool> done;
+  std::set<std::string> done;
   if (state) *state = AdamWState<float>{};
-  for (int r = 0; r < run.ranks; ++r) {
+  for (int r = 0; r < run.ranks && done.size() < into.size(); ++r) {  // replicas add nothing
     const AdamWState<float> st = state ? run.optimizer_state(r) : AdamWState<float>{};
     if (state && r == 0) state->step = st.step;
     for (auto& p : run.parameters(r)) {
-      if (!run.owns(r, p.canonical) || done[p.canonical]) continue;
+      if (!run.owns(r, p.canonical) || done.count(p.canonical)) continue;
       const auto it = into.find(p.canonical);
       if (it == into.end() || it->second.value->shape != p.value->shape)
         throw EngineError(ErrorCode::BadConfig,
                           "gather_model: the model has no parameter " + p.canonical + " of its shape");
       *it->second.value = *p.value;
-      done[p.canonical] = true;
+      done.insert(p.canonical);
       if (!state) continue;
       if (const auto m = st.exp_avg.find(p.canonical); m != st.exp_avg.end()) state->exp_avg[p.canonical] = m->second;
       if (const auto v = st.exp_avg_sq.find(p.canonical); v != st.exp_avg_sq.end())
         state->exp_avg_sq[p.canonical] = v->second;
     }
   }
+  for (const auto& [name, p] : into)
+    if (!done.count(name))
+      throw EngineError(ErrorCode::BadConfig,
+                        "gather_model: no rank here holds " + name + " (ranks in other processes?)");
 }
 
 void scatter_model(const Owned& run, HybridModel<float>& model, const AdamWState<float>* state) {

@@ -751,6 +751,7 @@ StepResult Executor::step(const std::vector<std::vector<Batch>>& batches) {
       for (const auto& ms : head.mtp) total += ms.loss;
       result.loss[static_cast<std::size_t>(d)][static_cast<std::size_t>(mb)] = total;
       result.total += total;
+      result.lm += head.loss;
     }
   result.timeline = world.timeline();
   result.timeline.source = "engine";

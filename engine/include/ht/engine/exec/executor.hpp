@@ -73,6 +73,7 @@ struct StepResult {
   // mtp_loss_scaling / depths / (valid positions of the whole step)). With PP = 1, dp_rank = rank.
   std::vector<std::vector<double>> loss;
   double total = 0;  // sum over ranks and microbatches
+  double lm = 0;     // the main head's part of total (no router or MTP losses)
   traces::Timeline timeline;
 };
 

@@ -22,22 +22,19 @@ void add_inplace(T* y, const T* x, long n) {
 
 // Rows of two (n, c) halves side by side, (n, 2c), and back: MTP's cat(enorm(emb), hnorm(h)),
 // the first half first, as Megatron concatenates.
+// One thread per element of the (n, 2c) side, so neighbouring threads touch neighbouring memory.
 template <class D, class T>
 void concat_rows(T* out, const T* first, const T* second, int n, int c) {
-  D::launch(n, [=] HT_HD(long r) {
-    for (int j = 0; j < c; ++j) {
-      out[r * 2 * c + j] = first[r * c + j];
-      out[r * 2 * c + c + j] = second[r * c + j];
-    }
+  D::launch(2L * n * c, [=] HT_HD(long i) {
+    const long r = i / (2 * c), j = i % (2 * c);
+    out[i] = j < c ? first[r * c + j] : second[r * c + j - c];
   });
 }
 template <class D, class T>
 void split_rows(T* first, T* second, const T* in, int n, int c) {
-  D::launch(n, [=] HT_HD(long r) {
-    for (int j = 0; j < c; ++j) {
-      first[r * c + j] = in[r * 2 * c + j];
-      second[r * c + j] = in[r * 2 * c + c + j];
-    }
+  D::launch(2L * n * c, [=] HT_HD(long i) {
+    const long r = i / (2 * c), j = i % (2 * c);
+    (j < c ? first[r * c + j] : second[r * c + j - c]) = in[i];
   });
 }
 

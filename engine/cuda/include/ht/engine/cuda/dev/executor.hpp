@@ -198,15 +198,17 @@ class DevExecutor {
         double total = cs.loss + aux;
         for (const auto& ms : cs.mtp) total += ms.loss;
         mine.push_back(total);
+        mine.push_back(cs.loss);
       }
-    const std::vector<double> all = gather(mine);
+    const std::vector<double> all = gather(mine);  // (total, main head's) per (rank, microbatch)
     exec::StepResult result;
     result.loss.assign(static_cast<std::size_t>(n), std::vector<double>(static_cast<std::size_t>(mbs), 0.0));
     for (int r = 0; r < n; ++r)
       for (int mb = 0; mb < mbs; ++mb) {
-        const double total = all.at(static_cast<std::size_t>(r * mbs + mb));
-        result.loss[static_cast<std::size_t>(r)][static_cast<std::size_t>(mb)] = total;
-        result.total += total;
+        const auto at = static_cast<std::size_t>(2 * (r * mbs + mb));
+        result.loss[static_cast<std::size_t>(r)][static_cast<std::size_t>(mb)] = all.at(at);
+        result.total += all.at(at);
+        result.lm += all.at(at + 1);
       }
     result.timeline = timeline();
     chunks_.clear();
@@ -744,7 +746,8 @@ class DevExecutor {
     if (static_cast<int>(members.size()) != ep_) fail("all-to-all " + first.label() + " does not span the EP group");
     for (const auto* m : members) {
       check_mb(*m);
-      if (m->slot != first.slot || m->phase != first.phase || m->microbatch != first.microbatch || m->layer != first.layer)
+      if (m->slot != first.slot || m->phase != first.phase || m->microbatch != first.microbatch ||
+          m->layer != first.layer || m->mtp != first.mtp)
         fail("all-to-all pairs " + first.label() + " with " + m->label());
       if (!layer_of(*m).moe) fail("node " + m->label() + " is a comm node of a dense layer");
       if (m->rank < base || m->rank >= base + ep_)

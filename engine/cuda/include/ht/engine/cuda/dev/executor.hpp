@@ -62,6 +62,7 @@
 #include <vector>
 
 #include "ht/engine/cuda/dev/model.hpp"
+#include "ht/engine/cuda/device_executor.hpp"
 #include "ht/engine/cuda/process_group.hpp"
 #include "ht/engine/exec/executor.hpp"
 #include "ht/engine/exec/plan_walk.hpp"
@@ -94,11 +95,7 @@ class DevExecutor {
   static constexpr const char* kFinalNorm = "decoder.final_norm.weight";
   static constexpr const char* kOut = "output_layer.weight";
 
-  struct Options {
-    bool test_drop_residual_grad = false;  // device_executor.hpp's DeviceExecutorOptions
-    cuda::ProcessGroup* group = nullptr;   // the processes sharing the ranks; none: all ranks here
-    exec::WeightFault test_weight_fault = exec::WeightFault::None;
-  };
+  using Options = cuda::DeviceExecutorOptions;
   DevExecutor(const patterns::ParsedPattern& pattern, const ModelConfig& cfg, std::uint64_t seed, schedule::Plan plan,
               Options options = {})
       : pattern_(pattern), cfg_(cfg), plan_(std::move(plan)), options_(options) {
@@ -981,11 +978,6 @@ class DevExecutor {
   int trunk_ = 0;              // the trunk's logical layers (the MTP depths' inner layers follow)
 };
 
-}  // namespace ht::engine::dev
-
-#include "ht/engine/cuda/device_executor.hpp"
-
-namespace ht::engine::dev {
 
 // device_executor.hpp's interface over DevExecutor<D>.
 template <class D>
@@ -993,7 +985,7 @@ class ExecutorOn final : public cuda::DeviceExecutor {
  public:
   ExecutorOn(const patterns::ParsedPattern& p, const ModelConfig& cfg, std::uint64_t seed, schedule::Plan plan,
              cuda::DeviceExecutorOptions options, std::string device)
-      : ex_(p, cfg, seed, std::move(plan), {options.test_drop_residual_grad, options.group, options.test_weight_fault}),
+      : ex_(p, cfg, seed, std::move(plan), options),
         device_(std::move(device)) {}
   std::string device() const override { return device_; }
   int ranks() const override { return ex_.ranks(); }

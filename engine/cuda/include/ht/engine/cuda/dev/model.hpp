@@ -66,7 +66,7 @@ class DevParams {
   // Staging (the device executor's per-(microbatch, layer) gradients): the weights of `weights`
   // (not copied: its updates are seen here), zero gradients of their own for the parameters `which`
   // (indices; g() of another is refused); add_grads_to() adds them into `weights`' gradients. Only
-  // w, g, has, dim, zero_grad and add_grads_to apply to a staging set.
+  // w, g, zero_grad and add_grads_to apply to a staging set.
   struct Staging {};
   DevParams(DevParams& weights, Staging, const std::vector<std::size_t>& which)
       : refs_(weights.refs_), index_(weights.index_), wptr_(weights.wptr_) {
@@ -99,8 +99,6 @@ class DevParams {
       throw EngineError(ErrorCode::BadConfig, "parameter '" + canonical + "' has no gradient in this staging set");
     return g.get();
   }
-  int dim(const std::string& canonical, int i) const { return refs_[at(canonical)].value->dim(i); }
-  bool has(const std::string& canonical) const { return index_.count(canonical) > 0; }
   void zero_grad() {
     for (auto& g : grads_) D::fill_zero(g.get(), g.size());
   }

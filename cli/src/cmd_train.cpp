@@ -174,6 +174,15 @@ class Checkpointer {
   std::optional<std::int64_t> saved_;
 };
 
+// One step's overlap summary as `train --json` reports it.
+nlohmann::json overlap_json(const traces::OverlapSummary& s) {
+  return {{"span_s", s.span_s},
+          {"compute_busy_s", s.compute_busy_s},
+          {"comm_busy_s", s.comm_busy_s},
+          {"comm_exposed_s", s.comm_exposed_s},
+          {"hidden_fraction", s.hidden_fraction}};
+}
+
 // --trace of process p > 0 under mpirun: the name with ".proc<p>" before its extension (process 0
 // writes the name given).
 std::string process_trace_path(const std::string& path, const he::cuda::ProcessGroup* group) {
@@ -388,21 +397,11 @@ int run_executor(TrainArgs a) {
                         {"seconds", seconds},
                         {"link_gbps", a.link_gbps},
                         {"link_latency_us", a.link_latency_us},
-                        {"last_step",
-                         {{"span_s", last_summary.span_s},
-                          {"compute_busy_s", last_summary.compute_busy_s},
-                          {"comm_busy_s", last_summary.comm_busy_s},
-                          {"comm_exposed_s", last_summary.comm_exposed_s},
-                          {"hidden_fraction", last_summary.hidden_fraction}}},
-                        {"traced_step",
-                         {{"step", traced_index + 1},
-                          {"choice", a.trace_step},
-                          {"span_s", sum.span_s},
-                          {"compute_busy_s", sum.compute_busy_s},
-                          {"comm_busy_s", sum.comm_busy_s},
-                          {"comm_exposed_s", sum.comm_exposed_s},
-                          {"hidden_fraction", sum.hidden_fraction}}},
+                        {"last_step", overlap_json(last_summary)},
+                        {"traced_step", overlap_json(sum)},
                         {"config", he::config_to_json(a.cfg)}};
+    j["traced_step"]["step"] = traced_index + 1;
+    j["traced_step"]["choice"] = a.trace_step;
     if (!a.trace.empty()) j["trace"] = a.trace;
     if (!a.checkpoint.empty()) j["checkpoint"] = a.checkpoint;
     j["start_step"] = start_step;

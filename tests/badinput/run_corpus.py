@@ -298,6 +298,11 @@ CASES = [
     # 8. resume accepts what cannot train
     ("resume-nan-weight", 8, 2, ["train", "--resume", "ck", "--steps", "1"], "holds NaN",
      lambda d: patch_checkpoint(make_checkpoint(d), "model", value=float("nan")), None),
+    ("resume-nan-weight-under-executor", 8, 2, ["train", "--resume", "ck", "--steps", "1", "--ep", "2"], "holds NaN",
+     lambda d: patch_checkpoint(make_checkpoint(d), "model", value=float("nan")), None),
+    ("resume-nan-weight-on-device-executor", 8, 2,
+     ["train", "--backend", "cuda-host", "--resume", "ck", "--steps", "1", "--dp", "2"], "holds NaN",
+     lambda d: patch_checkpoint(make_checkpoint(d), "model", value=float("nan")), None),
     ("resume-inf-weight", 8, 2, ["train", "--resume", "ck", "--steps", "1"], "holds an infinity",
      lambda d: patch_checkpoint(make_checkpoint(d), "model", value=float("inf")), None),
     ("resume-huge-weight", 8, 2, ["train", "--resume", "ck", "--steps", "1"], "beyond the bound",

@@ -94,10 +94,10 @@ double CostModel::host_seconds(const schedule::Work& work, schedule::Phase phase
     const int launches = kernel_launches(k, phase, delay_wgrad);
     if (launches == 0) continue;
     if (k.kind == schedule::KernelKind::GroupedGemm) {
-      // One Python call per grouped GEMM, then one cuBLAS launch per further expert from TE's C++
-      // loop. Dropless expert GEMMs are not capturable in a CUDA graph (physics.md 3).
+      // One Python call per grouped GEMM, then every expert's GEMM from TE's C++ loop. Dropless
+      // expert GEMMs are not capturable in a CUDA graph (physics.md 3).
       const double calls = launches / std::max(1.0, k.groups);
-      seconds += calls * host_launch_s + (launches - calls) * grouped_launch_s;
+      seconds += calls * host_launch_s + launches * grouped_launch_s;
     } else if (!cuda_graphs) {
       seconds += launches * host_launch_s;
     }

@@ -169,6 +169,13 @@ double attention_efficiency(double seq, double head_dim, bool backward, const Gp
   return std::min(1.0, eff * gpu.attention_scale);
 }
 
+double wgrad_bytes(const Kernel& kn, double bytes) {
+  const double groups = std::max(1.0, kn.groups), weights = groups * kn.k * kn.n;
+  const double elements = weights + groups * kn.m * (kn.k + kn.n);
+  if (elements <= 0 || bytes <= 0) return bytes;
+  return bytes + weights * (kMainGradAccumulateBytes - bytes / elements);
+}
+
 double kernel_seconds(const Kernel& kn, Phase phase, bool delay_wgrad, const GpuSpec& gpu) {
   const bool backward = phase == Phase::Backward;
   if (phase == Phase::Weight && !(kn.delayable && (kn.kind == KernelKind::Gemm || kn.kind == KernelKind::GroupedGemm)))
@@ -181,7 +188,7 @@ double kernel_seconds(const Kernel& kn, Phase phase, bool delay_wgrad, const Gpu
       const double bytes = kn.fp8 ? kn.bytes / 2 : kn.bytes;
       const double forward = gemm_seconds(kn.m, kn.n, kn.k, kn.groups, bytes, gpu, kn.fp8);
       const double dgrad = gemm_seconds(kn.m, kn.k, kn.n, kn.groups, bytes, gpu, kn.fp8);
-      const double wgrad = gemm_seconds(kn.k, kn.n, kn.m, kn.groups, bytes, gpu, kn.fp8);
+      const double wgrad = gemm_seconds(kn.k, kn.n, kn.m, kn.groups, wgrad_bytes(kn, bytes), gpu, kn.fp8);
       if (phase == Phase::Weight) return wgrad;
       if (!backward) return forward;
       return dgrad + (delay_wgrad && kn.delayable ? 0.0 : wgrad);

@@ -165,14 +165,14 @@ TEST_CASE("the host launches every kernel: a node takes the longer of its GPU an
   CHECK(costs.compute_seconds(n, h100, &tiny) == Approx(200 * 11e-6));
   // CUDA graphs replay them without the host.
   CHECK(costs.compute_seconds(n, h100, &tiny, false, true) == Approx(work_seconds(tiny, Phase::Backward, false, h100)));
-  // A grouped GEMM of 16 experts: one Python call, 15 more launches from TE's C++ loop; a CUDA
-  // graph cannot capture dropless experts.
+  // A grouped GEMM of 16 experts: one Python call, then 16 expert GEMMs from TE's C++ loop at
+  // TE PR 3134's (267 - 11) / 8 us each; a CUDA graph cannot capture dropless experts.
   ht::schedule::Work experts{{{KernelKind::GroupedGemm, true, 64, 256, 256, 16, 0, 0}}};
   n.phase = Phase::Forward;
-  CHECK(costs.host_seconds(experts, Phase::Forward, false, false) == Approx(11e-6 + 15 * 5e-6));
-  CHECK(costs.host_seconds(experts, Phase::Forward, false, true) == Approx(11e-6 + 15 * 5e-6));
-  CHECK(costs.host_seconds(experts, Phase::Backward, true, false) == Approx(11e-6 + 15 * 5e-6));
-  CHECK(costs.host_seconds(experts, Phase::Backward, false, false) == Approx(2 * (11e-6 + 15 * 5e-6)));
+  CHECK(costs.host_seconds(experts, Phase::Forward, false, false) == Approx(11e-6 + 16 * 32e-6));
+  CHECK(costs.host_seconds(experts, Phase::Forward, false, true) == Approx(11e-6 + 16 * 32e-6));
+  CHECK(costs.host_seconds(experts, Phase::Backward, true, false) == Approx(11e-6 + 16 * 32e-6));
+  CHECK(costs.host_seconds(experts, Phase::Backward, false, false) == Approx(2 * (11e-6 + 16 * 32e-6)));
   // A large GEMM is GPU-bound: the host's 11 us hide behind it.
   ht::schedule::Work large{{{KernelKind::Gemm, true, 4096, 4096, 4096, 1, 2 * 4096.0 * 4096 * 4096, 0}}};
   CHECK(costs.compute_seconds(n, h100, &large) == Approx(gemm_seconds(4096, 4096, 4096, 1, 0, h100)));
@@ -386,4 +386,28 @@ TEST_CASE("the kernel model per phase: additive, delay moves B to W, never faste
       RC_ASSERT(at_least(b, (k.kind == KernelKind::Permute ? 1 : 2) * k.bytes / hbm));
     }
   });
+}
+
+TEST_CASE("a weight gradient accumulates into the fp32 main gradient: k x n read and written in fp32",
+          "[sim][kernels]") {
+  const GpuSpec h100 = preset("dgx-h100").gpu;
+  // 64 rows against 8192 x 8192 weights: the forward streams the bf16 weights once (134 MB); the
+  // weight gradient (Megatron's gradient-accumulation fusion, beta = 1) reads and writes the fp32
+  // main gradient, 8 bytes an element (537 MB), at 0.8 x 3.35 TB/s: far slower than its 8.6 GFLOP
+  // (the forward, compute-bound at the table's 256-row edge rate, takes 82 us).
+  const double m = 64, n = 8192, k = 8192;
+  const double forward_bytes = (k * n + m * (k + n)) * 2.0;
+  const Kernel gemm{KernelKind::Gemm, true, m, n, k, 1, 2 * m * n * k, forward_bytes};
+  const double hbm = 3.35e12 * 0.8;
+  CHECK(wgrad_bytes(gemm, forward_bytes) == Approx(k * n * 8 + m * (k + n) * 2.0));
+  CHECK(kernel_seconds(gemm, Phase::Weight, true, h100) == Approx((k * n * 8 + m * (k + n) * 2.0) / hbm));
+  CHECK(kernel_seconds(gemm, Phase::Forward, false, h100) == Approx(gemm_seconds(m, n, k, 1, forward_bytes, h100)));
+  CHECK(kernel_seconds(gemm, Phase::Forward, false, h100) < kernel_seconds(gemm, Phase::Weight, true, h100) / 2);
+  // Grouped: every expert's weights, the rows split between them; FP8 halves the operands, not the
+  // fp32 main gradient.
+  const double groups = 16, rows = 512;
+  const double grouped_bytes = (groups * k * n + groups * rows * (k + n)) * 2.0;
+  const Kernel experts{KernelKind::GroupedGemm, true, rows, n, k, groups, 2 * groups * rows * n * k, grouped_bytes};
+  CHECK(wgrad_bytes(experts, grouped_bytes) == Approx(groups * k * n * 8 + groups * rows * (k + n) * 2.0));
+  CHECK(wgrad_bytes(experts, grouped_bytes / 2) == Approx(groups * k * n * 8 + groups * rows * (k + n) * 1.0));
 }

@@ -24,7 +24,7 @@
 // of its own takes the slot's backward entry.
 //
 // JSON form (every field optional):
-//   { "launch_overhead_us": 4, "host_launch_us": 11, "grouped_launch_us": 5, "comm_launch_us": 0, "interference_factor": 1.15, "wake_latency_us": 90,
+//   { "launch_overhead_us": 4, "host_launch_us": 11, "grouped_launch_us": 32, "comm_launch_us": 0, "interference_factor": 1.15, "wake_latency_us": 90,
 //     "durations_us": { "mlp/backward/E": 850.5, "pre_dispatch/forward": 310, "post_process": 90 },
 //     "comm_work_us": { "combine/forward": { "before": 90, "after": 520 }, "dispatch/backward": 130 },
 //     "rows_us": { "mlp/backward/E": { "per_row_us": 2.1, "mean_rows": 405 } },
@@ -72,12 +72,15 @@ struct MeasuredInstance {
 struct CostModel {
   double launch_overhead_s = 0;     // per compute node, on top of the kernels (calibration's fit)
   // Host time to issue one kernel from Megatron's Python (PyTorch eager: back-to-back small ops
-  // run at 11-18 us each, NVIDIA dgxc-benchmarking cpu_overhead; the fastest is taken), and one
-  // further expert GEMM of a grouped GEMM from Transformer Engine's C++ loop (a CUDA launch call
-  // from C++: 5-20 us, HolisticTraceAnalysis' launch statistics; the fastest is taken). A compute
-  // node takes the longer of its kernels' GPU time and this host time (physics.md 3).
+  // run at 11-18 us each, NVIDIA dgxc-benchmarking cpu_overhead; the fastest is taken), and each
+  // expert GEMM of a grouped GEMM in Transformer Engine's multi-stream cuBLASLt loop: TE PR 3134
+  // measured that path at 0.267 ms for 8 experts' GEMMs from one call (operands prepared, GEMMs
+  // only; one CUTLASS launch does the same work in 0.069 ms, so the GPU is not what it waits on):
+  // (267 - 11) / 8 = 32 us an expert GEMM (cuBLASLt descriptors, heuristic query, launch, stream
+  // events). A compute node takes the longer of its kernels' GPU time and this host time
+  // (physics.md 3).
   double host_launch_s = 11e-6;
-  double grouped_launch_s = 5e-6;
+  double grouped_launch_s = 32e-6;
   double comm_launch_s = 0;         // added to every non-empty communication node, before it starts
   // Host work of a communication node by "slot/phase" (e.g. "combine/forward"): before its
   // transfers (packing send buffers, the combine backward's local part), which delays its
@@ -145,6 +148,13 @@ inline constexpr double kDeltaRuleBackward = 3.45;
 inline constexpr int kDeltaRuleForwardLaunches = 6;
 inline constexpr int kDeltaRuleBackwardLaunches = 7;
 double delta_rule_rate(double chains, const GpuSpec& gpu);  // forward FLOP/s
+// Megatron's gradient-accumulation fusion (on by default): a weight-gradient GEMM accumulates into
+// the parameter's fp32 main gradient (GEMM with beta = 1), so where the forward read each weight
+// element once (2 bytes in BF16) the weight gradient reads and writes it in fp32 (8 bytes).
+inline constexpr double kMainGradAccumulateBytes = 8;
+// HBM bytes of a GEMM kernel's weight gradient: its forward `bytes` (as priced, FP8 halved) with
+// the weights' elements moved as fp32 read-and-write accumulation instead of one read.
+double wgrad_bytes(const schedule::Kernel& kernel, double bytes);
 double kernel_seconds(const schedule::Kernel& kernel, schedule::Phase phase, bool delay_wgrad, const GpuSpec& gpu);
 // Kernels launched for `kernel` in `phase`: a GEMM once forward, data and weight gradient
 // backward (the latter in W when delayed), times its groups; flash attention's backward three

@@ -91,8 +91,10 @@ void print_run(const Setup& s, const Run& r, const TrainBudget& budget) {
     if (l.ep > 1) {
       std::ostringstream load;
       load << std::fixed << std::setprecision(3) << r.plan.expert_load_factor;
-      physics << ", " << hs::to_string(r.options.dispatcher) << " dispatcher, " << hs::to_string(r.options.routing)
-              << " routing (busiest EP rank " << load.str() << "x the mean)";
+      physics << ", " << hs::to_string(r.options.dispatcher) << " dispatcher, "
+              << (r.options.expert_load > 0 ? std::string("given expert load")
+                                            : std::string(hs::to_string(r.options.routing)) + " routing")
+              << " (busiest EP rank " << load.str() << "x the mean)";
     }
     if (r.options.cuda_graphs) physics << ", CUDA graphs";
     std::cout << "physics      " << physics.str() << "\n";
@@ -147,8 +149,9 @@ int to_int(const std::string& key, const std::string& v) {
 }
 
 std::vector<std::string> sweep_keys() {
-  std::vector<std::string> keys = {"pattern", "ep", "pp", "vpp", "dp", "microbatches", "tp", "cp", "etp", "routing_skew",
-                                   "launch_overhead_us", "comm_launch_us", "interference_factor"};
+  std::vector<std::string> keys = {"pattern", "ep", "pp", "vpp", "dp", "microbatches", "tp", "cp", "etp"};
+  for (const char* k : {"routing_skew", "expert_load", "launch_overhead_us", "comm_launch_us", "interference_factor"})
+    keys.emplace_back(k);
   for (const auto& k : sim::platform_keys()) keys.push_back(k);
   for (const auto& f : hs::model_fields()) keys.emplace_back(f.name);
   return keys;
@@ -164,11 +167,11 @@ void apply(Setup& s, const std::string& key, const std::string& v) {
   else if (key == "tp") s.parallel.tp = to_int(key, v);
   else if (key == "cp") s.parallel.cp = to_int(key, v);
   else if (key == "etp") s.parallel.etp = to_int(key, v);
-  else if (key == "routing_skew") {
+  else if (key == "routing_skew" || key == "expert_load") {
     try {
-      s.options.routing_skew = std::stod(v);
+      (key == "routing_skew" ? s.options.routing_skew : s.options.expert_load) = std::stod(v);
     } catch (const std::exception&) {
-      throw UsageError("--sweep routing_skew: '" + v + "' is not a number");
+      throw UsageError("--sweep " + key + ": '" + v + "' is not a number");
     }
   } else if (key == "launch_overhead_us" || key == "comm_launch_us" || key == "interference_factor") {
     sim::set_cost_key(s.costs, key, v);
@@ -480,8 +483,8 @@ const Registration reg{{
       sub.add_flag("--json", a->json_out, "print results as JSON");
       sub.add_option("--sweep", a->sweeps,
                      "KEY=V1,V2,... (repeatable: cartesian product); keys: pattern, ep, pp, vpp, dp, microbatches, "
-                     "routing_skew, cost keys, platform keys, model fields. One row per combination, overlap off "
-                     "and on side by side")
+                     "routing_skew, expert_load, cost keys, platform keys, model fields. One row per combination, "
+                     "overlap off and on side by side")
           ->group(twin);
       sub.add_option("-j,--jobs", a->jobs, "--sweep: worker processes")
           ->check(CLI::Range(1, 256))

@@ -206,6 +206,7 @@ inline void add_layout_flags(CLI::App& sub, LayoutFlags& f) {
 struct PhysicsFlags {
   std::string dispatcher = "alltoall";
   std::string routing = "aux-loss";
+  double expert_load = 0;  // --expert-load: the busiest EP rank's load over the mean, given
   std::string precision = "bf16";
   std::string dispatch_dtype = "bf16";
   bool tp_comm_overlap = false;
@@ -215,6 +216,7 @@ struct PhysicsFlags {
   void apply(schedule::ScheduleOptions& o) const {
     o.dispatcher = *schedule::dispatcher_from_string(dispatcher);
     o.routing = *schedule::routing_from_string(routing);
+    o.expert_load = expert_load;
     o.precision = *schedule::precision_from_string(precision);
     o.tp_comm_overlap = tp_comm_overlap;
     o.cross_entropy_fusion = cross_entropy_fusion;
@@ -236,6 +238,12 @@ inline void add_physics_flags(CLI::App& sub, PhysicsFlags& f) {
                  "exactly the mean, as the engines' plans)")
       ->check(CLI::IsMember({"aux-loss", "force-balance", "mean"}))
       ->capture_default_str()
+      ->group(group);
+  sub.add_option("--expert-load", f.expert_load,
+                 "the busiest EP rank's expert load over the mean, as measured from your router (e.g. the tokens "
+                 "per expert Megatron logs), instead of --routing's model: its expert rows and what it receives "
+                 "are priced at it")
+      ->check(number_between(1, 1e6))
       ->group(group);
   sub.add_flag("--tp-comm-overlap", f.tp_comm_overlap,
                "TP communication overlap (Transformer Engine userbuffers): TP all-gathers and reduce-scatters "

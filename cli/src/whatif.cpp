@@ -235,7 +235,7 @@ nlohmann::json summary_json(const Run& r) {
             {"last_stage_layers", l.split.last_stage_layers >= 0 ? nlohmann::json(l.split.last_stage_layers) : nullptr}}},
           {"physics",
            {{"moe_dispatcher", hs::to_string(r.options.dispatcher)},
-            {"routing", hs::to_string(r.options.routing)},
+            {"routing", r.options.expert_load > 0 ? "expert-load" : std::string(hs::to_string(r.options.routing))},
             {"expert_load_factor", r.plan.expert_load_factor},
             {"tp_comm_overlap", r.options.tp_comm_overlap},
             {"cross_entropy_fusion", r.options.cross_entropy_fusion},

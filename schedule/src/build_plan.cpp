@@ -1005,7 +1005,10 @@ Plan build_plan(const patterns::ParsedPattern& pattern, const ModelDims& dims,
   ctx.route.dispatcher = options.dispatcher;
   ctx.route.gpus_per_node = options.nvlink_domain;
   ctx.route.dispatch_fp8 = options.dispatch_fp8;
-  if (options.routing_skew == 0) ctx.route.load_factor = expert_load_factor(dims, config.ep, ctx.shard, options.routing);
+  if (options.routing_skew == 0)
+    ctx.route.load_factor = options.expert_load != 0 && config.ep > 1 && dims.num_experts > 0
+                                ? options.expert_load
+                                : expert_load_factor(dims, config.ep, ctx.shard, options.routing);
   const int chunks_per_rank = config.model_chunks();
   ctx.chunks.assign(static_cast<std::size_t>(config.pp),
                     std::vector<Chunk>(static_cast<std::size_t>(chunks_per_rank)));

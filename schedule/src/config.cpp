@@ -369,6 +369,11 @@ int dispatcher_sms(Dispatcher d) {
 void validate(const ScheduleOptions& o) {
   if (!std::isfinite(o.routing_skew) || o.routing_skew < 0)
     bad_config("routing_skew = " + std::to_string(o.routing_skew) + " must be finite and >= 0");
+  if (o.expert_load != 0 && !(std::isfinite(o.expert_load) && o.expert_load >= 1))
+    bad_config("expert_load = " + std::to_string(o.expert_load) +
+               " must be >= 1 (the busiest EP rank's load over the mean; 0 = the routing model's)");
+  if (o.expert_load != 0 && o.routing_skew != 0)
+    bad_config("expert_load and routing_skew both set the expert load across EP ranks; give one");
 }
 
 std::string model_dims_to_json(const ModelDims& d) {

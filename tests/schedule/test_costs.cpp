@@ -92,6 +92,29 @@ TEST_CASE("expert mlp nodes carry T*top_k copies under balanced routing, split B
   CHECK(seen == 2 * 3);
 }
 
+TEST_CASE("a given expert load prices every EP rank's expert rows at that multiple of the mean", "[schedule][costs]") {
+  // --expert-load 1.6: the busiest rank's rows (T top_k / ep x 1.6 here, the routed copies of the
+  // group spread over 2 ranks) set every rank's expert work, in place of --routing's model.
+  ScheduleOptions given = options(true, true);
+  given.routing = Routing::AuxLoss;
+  given.expert_load = 1.6;
+  const Plan plan = make_plan("[*E]", parallel(2, 2, 1), given);
+  CHECK(plan.expert_load_factor == 1.6);
+  const double copies = 64.0 * 2 * 1.6;
+  const double gemm = 6 * copies * 64 * 32, other = 3 * copies * 32;
+  int seen = 0;
+  for (const Node& n : plan.nodes) {
+    if (n.slot != Slot::Mlp || n.phase != Phase::Forward) continue;
+    ++seen;
+    CHECK(n.flops == Approx(gemm + other));
+  }
+  CHECK(seen == 2);
+  // Without experts across ranks it changes nothing.
+  ScheduleOptions alone = options(false, false);
+  alone.expert_load = 1.6;
+  CHECK(make_plan("[*E]", parallel(1, 1, 1), alone).expert_load_factor == 1);
+}
+
 TEST_CASE("attention flops: projections, the causal score/value term, RoPE, norm and residual",
           "[schedule][costs]") {
   // q = 4*16 = 64, kv = 2*16 = 32; keys = (32+1)/2.

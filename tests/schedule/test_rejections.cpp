@@ -124,6 +124,12 @@ TEST_CASE("bad sizes are rejected with their values", "[schedule][reject]") {
   ScheduleOptions skew = options(false, false);
   skew.routing_skew = -1;
   require_rejected("[*E]", parallel(1, 1, 1), skew, ErrorCode::BadConfig, "routing_skew");
+  ScheduleOptions load = options(false, false);
+  load.expert_load = 0.9;
+  require_rejected("[*E]", parallel(1, 1, 1), load, ErrorCode::BadConfig, "expert_load = 0.9");
+  load.expert_load = 1.2;
+  load.routing_skew = 0.5;
+  require_rejected("[*E]", parallel(1, 1, 1), load, ErrorCode::BadConfig, "give one");
   ModelDims d = tiny_model();
   d.top_k = 9;
   require_rejected("[*E]", parallel(1, 1, 1), options(false, false), ErrorCode::BadModel,

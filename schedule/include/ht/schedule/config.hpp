@@ -288,6 +288,9 @@ struct ScheduleOptions {
   Dispatcher dispatcher = Dispatcher::AllToAll;
   int nvlink_domain = 8;  // GPUs per node (DeepEP's one RDMA copy per destination node)
   Routing routing = Routing::Mean;
+  // The busiest EP rank's expert load over the mean as the user measured or assumes it (>= 1;
+  // e.g. from the tokens per expert Megatron logs), instead of `routing`'s model; 0 = the model.
+  double expert_load = 0;
   bool tp_comm_overlap = false;
   // --cross-entropy-loss-fusion: the loss over the vocabulary in fused kernels. Off (Megatron's
   // default): PyTorch's separate passes over fp32 logits (costs.hpp output_work).

@@ -6,6 +6,7 @@
 // --emit-jobs writes one `simulate` command per layout for other machines, and `hybrid-twin
 // merge` joins their JSON into the same table.
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cerrno>
 #include <cmath>
@@ -397,6 +398,14 @@ std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
+// The shortest decimal that reads back as exactly `x` (std::to_string keeps 6 decimals and would
+// give an emitted command another physics than the search priced).
+std::string exact(double x) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, x);
+  return std::string(buf, r.ptr);
+}
+
 std::string job_command(const SearchArgs& a, const Setup& base, const Candidate& c, const std::string& out) {
   std::ostringstream o;
   o << "mkdir -p -- " << shell_quote(a.jobs_dir) << " && " << shell_quote(a.bin) << " simulate";
@@ -413,9 +422,8 @@ std::string job_command(const SearchArgs& a, const Setup& base, const Candidate&
     << (a.physics.tp_comm_overlap ? " --tp-comm-overlap" : "")
     << (a.physics.cross_entropy_fusion ? " --cross-entropy-fusion" : "")
     << (a.offload != "none" ? " --offload-modules " + shell_quote(a.offload) : "")
-    << (a.physics.memory_margin_gib > 0 ? " --memory-margin " + shell_quote(std::to_string(a.physics.memory_margin_gib))
-                                        : "")
-    << (a.physics.expert_load > 0 ? " --expert-load " + shell_quote(std::to_string(a.physics.expert_load)) : "");
+    << (a.physics.memory_margin_gib > 0 ? " --memory-margin " + shell_quote(exact(a.physics.memory_margin_gib)) : "")
+    << (a.physics.expert_load > 0 ? " --expert-load " + shell_quote(exact(a.physics.expert_load)) : "");
   if (c.pp > 1 && a.split.first_stage_layers >= 0) o << " --first-stage-layers " << a.split.first_stage_layers;
   if (c.pp > 1 && a.split.last_stage_layers >= 0) o << " --last-stage-layers " << a.split.last_stage_layers;
   o << " --json > " << shell_quote(out);

@@ -242,7 +242,7 @@ inline void add_physics_flags(CLI::App& sub, PhysicsFlags& f) {
   sub.add_option("--expert-load", f.expert_load,
                  "the busiest EP rank's expert load over the mean, as measured from your router (e.g. the tokens "
                  "per expert Megatron logs), instead of --routing's model: its expert rows and what it receives "
-                 "are priced at it")
+                 "are priced at it (memory stays at the mean load)")
       ->check(number_between(1, 1e6))
       ->group(group);
   sub.add_flag("--tp-comm-overlap", f.tp_comm_overlap,

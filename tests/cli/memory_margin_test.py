@@ -60,6 +60,6 @@ with tempfile.TemporaryDirectory() as d:
     rc, _, err = run(sbase + ["--memory-margin", "1.5", "--emit-jobs", jobs, "--jobs-dir", d])
     lines = open(jobs).read().splitlines() if rc == 0 and os.path.exists(jobs) else []
     cmds = [x for x in lines if "simulate" in x]
-    check(rc == 0 and cmds and all("--memory-margin '1.500000'" in x for x in cmds),
+    check(rc == 0 and cmds and all("--memory-margin '1.5'" in x for x in cmds),
           f"--emit-jobs passes --memory-margin on ({len(cmds)} jobs; {err.strip()[-150:]})")
 checks.exit()

@@ -96,6 +96,20 @@ with tempfile.TemporaryDirectory() as d:
     rc_text, text, _ = run(["merge", "--top", "5"] + results)
     rc_s, stext, _ = run(["search"] + SPACE + ["--top", "5"])
     check(rc_text == 0 and rc_s == 0 and text == stext, "merge prints search's table, character for character")
+    # A physics value with more digits than std::to_string keeps reaches the emitted commands exactly.
+    load = ["--expert-load", "1.23456789", "--memory-margin", "0.123456789"]
+    jobs2 = os.path.join(d, "jobs2.txt")
+    rc, _, _ = run(["search"] + SPACE + load + ["--emit-jobs", jobs2, "--jobs-dir", os.path.join(d, "out2"), "--bin", BIN])
+    lines2 = open(jobs2).read().splitlines() if rc == 0 else []
+    check(rc == 0 and lines2 and all("--expert-load '1.23456789'" in l and "--memory-margin '0.123456789'" in l
+                                     for l in lines2), "--emit-jobs passes --expert-load and --memory-margin digit for digit")
+    for line in lines2:
+        subprocess.run(["bash", "-c", line], check=True, capture_output=True, timeout=300)
+    results2 = sorted(os.path.join(d, "out2", f) for f in os.listdir(os.path.join(d, "out2"))) if lines2 else []
+    rc_m, mtext, _ = run(["merge", "--top", "5"] + results2)
+    rc_s, stext2, _ = run(["search"] + SPACE + load + ["--top", "5"])
+    check(rc_m == 0 and rc_s == 0 and mtext == stext2 and stext2 != stext,
+          "with --expert-load the emitted commands + merge print search's table, and it differs from the default's")
     bad = os.path.join(d, "bad.json")
     open(bad, "w").write('{"hello": 1}')
     rc, _, err = run(["merge", bad])

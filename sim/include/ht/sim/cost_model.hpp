@@ -74,11 +74,13 @@ struct CostModel {
   // Host time to issue one kernel from Megatron's Python (PyTorch eager: back-to-back small ops
   // run at 11-18 us each, NVIDIA dgxc-benchmarking cpu_overhead; the fastest is taken), and each
   // expert GEMM of a grouped GEMM in Transformer Engine's multi-stream cuBLASLt loop: TE PR 3134
-  // measured that path at 0.267 ms for 8 experts' GEMMs from one call (operands prepared, GEMMs
-  // only; one CUTLASS launch does the same work in 0.069 ms, so the GPU is not what it waits on):
-  // (267 - 11) / 8 = 32 us an expert GEMM (cuBLASLt descriptors, heuristic query, launch, stream
-  // events). A compute node takes the longer of its kernels' GPU time and this host time
-  // (physics.md 3).
+  // measured that loop at 0.267 ms for 8 experts' GEMMs from one call (B200, per-tensor NVFP4,
+  // operands prepared, GEMMs only; one CUTLASS launch does the same work in 0.069 ms, so the GPU is
+  // not what it waits on): (267 - 11) / 8 = 32 us an expert GEMM, the loop's fixed cost spread
+  // over its GEMMs. The loop's host work (cuBLASLt descriptors, heuristic query, launch, stream
+  // events) is the same code for BF16 on Hopper; no Hopper BF16 timing of it is published, so this
+  // one point stands for both. A compute node takes the longer of its kernels' GPU time and this
+  // host time (physics.md 3).
   double host_launch_s = 11e-6;
   double grouped_launch_s = 32e-6;
   double comm_launch_s = 0;         // added to every non-empty communication node, before it starts

@@ -15,6 +15,7 @@ std::string_view error_code_text(ErrorCode code) {
     case ErrorCode::BadConfig: return "config";
     case ErrorCode::BadModel: return "model";
     case ErrorCode::BadPlan: return "plan";
+    case ErrorCode::BadLog: return "log";
     case ErrorCode::Io: return "io";
   }
   return "?";

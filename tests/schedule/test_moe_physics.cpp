@@ -7,12 +7,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <numbers>
 #include <numeric>
 #include <random>
 
+#include <unistd.h>
+
 #include "helpers.hpp"
 #include "ht/schedule/costs.hpp"
+#include "ht/schedule/expert_load_log.hpp"
 
 using namespace ht::schedule;
 using namespace ht::schedule::test;
@@ -269,4 +274,34 @@ TEST_CASE("group-limited routing: a group is reached through its chosen share, s
   CHECK(hit_probability(d, 4) == Approx(double(rank_hits) / trials).margin(0.004));
   // Fewer nodes than without groups: DeepEP's RDMA copies per token drop.
   CHECK(hit_probability(d, 32) < hit_probability(256, 8, 32));
+}
+
+// Megatron's tokens-per-expert log read by hand: EP 2 over 4 ranks, one layer, two forwards.
+// Group {0, 1}: rows 4 | 2, then 2 | 4: the busiest rank carries 4 + 4 where the mean is 3 + 3.
+// Group {2, 3}: 4 | 4, then no row at all (left out). The slowest group's figure is 8 / 6.
+TEST_CASE("expert-load log: the slowest EP group's busiest-rank rows over the mean, by hand", "[moe]") {
+  const auto dir = std::filesystem::temp_directory_path() / ("ht-tpe-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "tokens_per_expert");
+  const char* lines[4] = {R"({"iter": 5, "block": "decoder", "layer": 0, "tpe": [[3, 1], [1, 1]]})",
+                          R"({"iter": 5, "block": "decoder", "layer": 0, "tpe": [[1, 1], [2, 2]]})",
+                          R"({"iter": 5, "block": "decoder", "layer": 0, "tpe": [[2, 2], [0, 0]]})",
+                          R"({"iter": 5, "block": "decoder", "layer": 0, "tpe": [[2, 2], [0, 0]]})"};
+  for (int r = 0; r < 4; ++r) {
+    std::ofstream f(dir / "tokens_per_expert" / ("rank" + std::to_string(r) + ".jsonl"));
+    f << lines[r] << "\n";
+  }
+  const ExpertLoadReport report = read_expert_load_log({dir}, 2, 1, 4);
+  std::filesystem::remove_all(dir);
+  CHECK(report.groups == 2);
+  CHECK(report.local_experts == 2);
+  CHECK(report.records == 3);
+  CHECK(report.empty_records == 1);
+  REQUIRE(report.iterations.size() == 1);
+  CHECK(report.iterations[0].slowest_group_rank == 0);
+  CHECK(report.factor == Approx(8.0 / 6.0).epsilon(1e-15));
+  CHECK(report.median_ratio == Approx(4.0 / 3.0).epsilon(1e-15));
+  CHECK(report.max_ratio == Approx(4.0 / 3.0).epsilon(1e-15));
+  REQUIRE(report.layers.size() == 1);
+  CHECK(report.layers[0].mean_ratio == Approx((4.0 / 3 + 4.0 / 3 + 1.0) / 3).epsilon(1e-15));
+  CHECK_THROWS_WITH(read_expert_load_log({dir}, 2, 1), Catch::Contains("io: ") || Catch::Contains("log: "));
 }

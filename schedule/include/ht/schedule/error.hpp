@@ -20,6 +20,7 @@ enum class ErrorCode {
   BadConfig,                 // a parallel or schedule setting out of range
   BadModel,                  // model dimensions out of range or a malformed model file
   BadPlan,                   // a malformed, inconsistent or unsupported plan file
+  BadLog,                    // a malformed or inconsistent measurement log (tokens per expert)
   Io,                        // a file could not be read or written
 };
 

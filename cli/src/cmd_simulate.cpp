@@ -94,7 +94,15 @@ void print_run(const Setup& s, const Run& r, const TrainBudget& budget) {
       physics << ", " << hs::to_string(r.options.dispatcher) << " dispatcher, "
               << (r.options.expert_load > 0 ? std::string("given expert load")
                                             : std::string(hs::to_string(r.options.routing)) + " routing")
-              << " (busiest EP rank " << load.str() << "x the mean)";
+              << " (busiest EP rank " << load.str() << "x the mean";
+      const bool rdma =
+          r.options.dispatcher == hs::Dispatcher::DeepEP || r.options.dispatcher == hs::Dispatcher::HybridEP;
+      if (rdma && r.plan.expert_node_load_factor != r.plan.expert_load_factor) {
+        std::ostringstream node;
+        node << std::fixed << std::setprecision(3) << r.plan.expert_node_load_factor;
+        physics << ", its RDMA copies at the busiest node's " << node.str() << "x";
+      }
+      physics << ")";
     }
     if (r.options.cuda_graphs) physics << ", CUDA graphs";
     std::cout << "physics      " << physics.str() << "\n";

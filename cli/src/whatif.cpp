@@ -237,6 +237,7 @@ nlohmann::json summary_json(const Run& r) {
            {{"moe_dispatcher", hs::to_string(r.options.dispatcher)},
             {"routing", r.options.expert_load > 0 ? "expert-load" : std::string(hs::to_string(r.options.routing))},
             {"expert_load_factor", r.plan.expert_load_factor},
+            {"expert_node_load_factor", r.plan.expert_node_load_factor},
             {"tp_comm_overlap", r.options.tp_comm_overlap},
             {"cross_entropy_fusion", r.options.cross_entropy_fusion},
             {"precision", hs::to_string(r.options.precision)},

@@ -1005,10 +1005,20 @@ Plan build_plan(const patterns::ParsedPattern& pattern, const ModelDims& dims,
   ctx.route.dispatcher = options.dispatcher;
   ctx.route.gpus_per_node = options.nvlink_domain;
   ctx.route.dispatch_fp8 = options.dispatch_fp8;
-  if (options.routing_skew == 0)
-    ctx.route.load_factor = options.expert_load != 0 && config.ep > 1 && dims.num_experts > 0
-                                ? options.expert_load
-                                : expert_load_factor(dims, config.ep, ctx.shard, options.routing);
+  if (options.routing_skew == 0) {
+    const bool given = options.expert_load != 0 && config.ep > 1 && dims.num_experts > 0;
+    ctx.route.load_factor =
+        given ? options.expert_load : expert_load_factor(dims, config.ep, ctx.shard, options.routing);
+    // The EP ranks one node holds (Megatron's layout puts an EP group's members ETP apart), whose
+    // experts the node's NICs serve together. A given load stands for the node's as well: what a
+    // node pools depends on where the hot experts sit, which one figure does not say.
+    const std::vector<int> ep_group = group_members(config, 0, Group::Ep);
+    const int gpn = std::max(1, options.nvlink_domain);
+    const int on_node = static_cast<int>(
+        std::count_if(ep_group.begin(), ep_group.end(), [&](int r) { return r / gpn == ep_group.front() / gpn; }));
+    ctx.route.node_load_factor =
+        given ? options.expert_load : expert_load_factor(dims, config.ep, ctx.shard, options.routing, on_node);
+  }
   const int chunks_per_rank = config.model_chunks();
   ctx.chunks.assign(static_cast<std::size_t>(config.pp),
                     std::vector<Chunk>(static_cast<std::size_t>(chunks_per_rank)));
@@ -1086,6 +1096,7 @@ Plan build_plan(const patterns::ParsedPattern& pattern, const ModelDims& dims,
   plan.ep_comm_sms = config.ep > 1 ? dispatcher_sms(options.dispatcher) : 0;
   plan.cuda_graphs = options.cuda_graphs;
   plan.expert_load_factor = ctx.route.load_factor;
+  plan.expert_node_load_factor = ctx.route.node_load_factor;
   plan.works = std::move(works.works);
   std::vector<int> offset;
   std::map<P2pKey, int> recv_ids;

@@ -428,7 +428,8 @@ std::vector<Transfer> a2a_sends(const ModelDims& d, const std::vector<int>& grou
   const int gpn = std::max(1, route.gpus_per_node);
   const double local_experts = double(d.num_experts) / ep;
   const bool fp8 = route.dispatch_fp8 && slot == Slot::Dispatch && phase == Phase::Forward;
-  const double copy = tokens * width * (fp8 ? 1 + 4.0 / 128 : b) * route.load_factor;  // every token, once
+  const double token_copy = tokens * width * (fp8 ? 1 + 4.0 / 128 : b);  // every token, once
+  const double copy = token_copy * route.load_factor, rdma_copy = token_copy * route.node_load_factor;
   const double p_rank = hit_probability(d, local_experts);
   std::map<int, std::vector<int>> by_node;  // cluster node -> indices in the group
   for (int i = 0; i < ep; ++i) by_node[group[static_cast<std::size_t>(i)] / gpn].push_back(i);
@@ -444,7 +445,7 @@ std::vector<Transfer> a2a_sends(const ModelDims& d, const std::vector<int>& grou
       continue;
     }
     const double m = static_cast<double>(members.size());
-    bytes[members[pos % members.size()]] += copy * hit_probability(d, m * local_experts);
+    bytes[members[pos % members.size()]] += rdma_copy * hit_probability(d, m * local_experts);
     forwarded += copy * (m - 1) * p_rank;
   }
   if (local.size() > 1)
@@ -500,11 +501,12 @@ double expected_max_normal(int n) {
   return sum;
 }
 
-double expert_load_factor(const ModelDims& d, int ep, const Shard& sh, Routing routing) {
-  if (routing == Routing::Mean || ep <= 1 || d.num_experts <= 0 || d.top_k <= 0) return 1;
-  const double e = d.num_experts, k = d.top_k, local = e / ep;
+double expert_load_factor(const ModelDims& d, int ep, const Shard& sh, Routing routing, int ranks_pooled) {
+  const int units = ep / std::max(1, ranks_pooled);
+  if (routing == Routing::Mean || units <= 1 || d.num_experts <= 0 || d.top_k <= 0) return 1;
+  const double e = d.num_experts, k = d.top_k, local = e / units;
   const double tokens = ep * owned_tokens(d, sh);  // routed by the EP group in one dispatch
-  const double mean = tokens * k / ep;
+  const double mean = tokens * k / units;
   // One token's copies on a given rank: hypergeometric (k draws of e, `local` of them marked).
   const double p = local / e;
   const double per_token_var = e > 1 ? k * p * (1 - p) * (e - k) / (e - 1) : 0;
@@ -513,7 +515,7 @@ double expert_load_factor(const ModelDims& d, int ep, const Shard& sh, Routing r
     const double cv_rank = kRouterPopularityCv / std::sqrt(local);  // mean of `local` experts
     var += mean * mean * cv_rank * cv_rank;
   }
-  return 1 + expected_max_normal(ep) * std::sqrt(var) / mean;
+  return 1 + expected_max_normal(units) * std::sqrt(var) / mean;
 }
 
 double pipe_bytes(const ModelDims& d, const Shard& sh) {

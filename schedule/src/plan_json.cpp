@@ -119,6 +119,7 @@ std::string plan_to_json(const Plan& plan) {
   if (plan.ep_comm_sms != 0) j["ep_comm_sms"] = plan.ep_comm_sms;
   if (plan.cuda_graphs) j["cuda_graphs"] = true;
   if (plan.expert_load_factor != 1) j["expert_load_factor"] = plan.expert_load_factor;
+  if (plan.expert_node_load_factor != 1) j["expert_node_load_factor"] = plan.expert_node_load_factor;
   ojson works = ojson::array();
   for (const Work& w : plan.works) {
     ojson kernels = ojson::array();
@@ -212,6 +213,7 @@ Plan plan_from_json(std::string_view text) {
     if (top.has("ep_comm_sms")) plan.ep_comm_sms = top.integer("ep_comm_sms");
     if (top.has("cuda_graphs")) plan.cuda_graphs = top.boolean("cuda_graphs");
     if (top.has("expert_load_factor")) plan.expert_load_factor = top.number("expert_load_factor");
+    if (top.has("expert_node_load_factor")) plan.expert_node_load_factor = top.number("expert_node_load_factor");
     const json& works = top.array("works");
     for (std::size_t i = 0; i < works.size(); ++i) {
       const std::string where = "plan.works[" + std::to_string(i) + "]";

@@ -95,6 +95,18 @@ TEST_CASE("a loss-balanced router adds its expert popularity spread to the rando
   CHECK(model == Approx(simulated).epsilon(0.015));
 }
 
+TEST_CASE("a node's pooled experts: the busiest node's load matches a simulated router over nodes", "[schedule][moe]") {
+  // EP 32, 4 experts a rank, 8 ranks a node: the busiest of 4 nodes of 16 experts each (the
+  // simulated router's "ranks" are the nodes: expert e on unit e / 16).
+  const int ep = 32, tokens_per_rank = 256;
+  const ModelDims d = moe_dims(64, 6, tokens_per_rank);
+  const double node = expert_load_factor(d, ep, {}, Routing::AuxLoss, 8);
+  const double simulated = simulated_busiest(ep * tokens_per_rank, 64, 6, 4, kRouterPopularityCv, 300, 13);
+  CHECK(node == Approx(simulated).epsilon(0.015));
+  CHECK(node < expert_load_factor(d, ep, {}, Routing::AuxLoss));    // pooling evens the load out
+  CHECK(expert_load_factor(d, ep, {}, Routing::AuxLoss, 32) == 1);  // one unit: nothing to wait for
+}
+
 TEST_CASE("a token reaches a rank or node holding m of E experts with 1 - C(E-m,k)/C(E,k)", "[schedule][moe]") {
   // E = 8, k = 2, m = 2: 1 - C(6,2)/C(8,2) = 1 - 15/28.
   CHECK(hit_probability(8, 2, 2) == Approx(1 - 15.0 / 28));
@@ -174,6 +186,27 @@ TEST_CASE("the busiest rank's load scales its expert rows and what it receives",
   CHECK(routed_copies(d, 4, 1, busy) == Approx(1.25 * routed_copies(d, 4, 1, MoeRoute{})));
   CHECK(a2a_bytes(d, 4, busy, Slot::Dispatch, Phase::Forward, 0, 1) ==
         Approx(1.25 * a2a_bytes(d, 4, MoeRoute{}, Slot::Dispatch, Phase::Forward, 0, 1)));
+}
+
+TEST_CASE("DeepEP's RDMA copies follow the busiest node's load, its NVLink copies the busiest rank's",
+          "[schedule][moe]") {
+  const ModelDims d = moe_dims(128, 8, 2048);
+  MoeRoute even, busy;
+  even.dispatcher = busy.dispatcher = Dispatcher::DeepEP;
+  busy.load_factor = 1.25;
+  busy.node_load_factor = 1.05;
+  std::vector<int> group(32);
+  std::iota(group.begin(), group.end(), 0);
+  const auto base = a2a_sends(d, group, 2, even, Slot::Dispatch, Phase::Forward);
+  const auto sends = a2a_sends(d, group, 2, busy, Slot::Dispatch, Phase::Forward);
+  REQUIRE(sends.size() == base.size());
+  int rdma = 0;
+  for (std::size_t i = 0; i < sends.size(); ++i) {
+    const bool remote = sends[i].peer / 8 != 0;
+    rdma += remote && base[i].bytes > 0;
+    CHECK(sends[i].bytes == Approx(base[i].bytes * (remote ? 1.05 : 1.25)));
+  }
+  CHECK(rdma == 3);
 }
 
 TEST_CASE("permutations move token rows: the dispatcher decides which and how many", "[schedule][moe]") {

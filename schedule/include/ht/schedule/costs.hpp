@@ -72,6 +72,11 @@ struct MoeRoute {
   MoeRoute(double routing_skew = 0) : skew(routing_skew) {}  // NOLINT: a skew alone is a route
   double skew = 0;
   double load_factor = 1;
+  // DeepEP/HybridEP: the busiest node's expert load over the mean. A copy bound for any rank of a
+  // node crosses the NICs once, to the GPU at the sender's position there, which forwards it over
+  // NVLink; so the RDMA copies a GPU receives follow its node's load (the 8 NICs share a hot
+  // rank's excess), the forwarded copies and the expert rows its rank's (load_factor).
+  double node_load_factor = 1;
   Dispatcher dispatcher = Dispatcher::AllToAll;
   int gpus_per_node = 8;  // DeepEP/HybridEP: the NVLink domain one RDMA copy per node serves
   bool dispatch_fp8 = false;  // the forward dispatch in FP8 (1 byte + a 4-byte scale per 128 elements)
@@ -91,7 +96,9 @@ struct MoeRoute {
 // 0.52 / 2.344; a microbatch's spread can only be wider than the whole set's. Mean: 1.
 inline constexpr double kRouterPopularityCv = 0.222;
 double expected_max_normal(int n);  // E[max of n independent standard normals]
-double expert_load_factor(const ModelDims& dims, int ep, const Shard& shard, Routing routing);
+// `ranks_pooled` > 1: the same for units of that many consecutive EP ranks (the EP ranks a node
+// holds), each unit's experts pooled: the busiest of ep / ranks_pooled units.
+double expert_load_factor(const ModelDims& dims, int ep, const Shard& shard, Routing routing, int ranks_pooled = 1);
 // Probability that a token's top_k experts include one of `experts` given experts (uniform):
 // 1 - C(E - experts, k) / C(E, k).
 double hit_probability(int num_experts, int top_k, double experts);

@@ -164,6 +164,7 @@ struct Plan {
   int ep_comm_sms = 0;
   bool cuda_graphs = false;
   double expert_load_factor = 1;  // the busiest EP rank's expected load over the mean (costs.hpp)
+  double expert_node_load_factor = 1;  // the busiest node's, which DeepEP's RDMA copies follow
   int world = 0;                   // ranks of the layout; 0 = ranks.size(). Larger: a folded plan,
                                    // whose transfers still name the layout's ranks (fold.hpp)
   bool account_embedding = false;  // the pipeline split counted the embedding as a layer

@@ -53,6 +53,9 @@ std::vector<std::pair<int, fs::path>> log_files(const std::vector<fs::path>& pat
   std::vector<std::pair<int, fs::path>> files;
   for (const fs::path& given : paths) {
     std::error_code ec;
+    if (!fs::exists(given, ec))
+      throw ScheduleError(ErrorCode::Io,
+                          "tokens-per-expert log " + io::quote_path(given.string()) + ": no such file or folder");
     if (fs::is_directory(given, ec)) {
       fs::path dir = given;
       if (fs::is_directory(given / "tokens_per_expert", ec)) dir = given / "tokens_per_expert";
@@ -93,10 +96,18 @@ std::int64_t integer_field(const nlohmann::json& line, const char* key, const st
   return it->get<std::int64_t>();
 }
 
+// A layer or MTP index: a count of layers, far below 2^30.
+int small_field(const nlohmann::json& line, const char* key, const std::string& where) {
+  const std::int64_t v = integer_field(line, key, where, 0);
+  if (v >= (1 << 30)) bad(where + ": \"" + key + "\" is " + std::to_string(v) + ", not a layer index");
+  return static_cast<int>(v);
+}
+
 // Per key, per rank: the rows each forward's local experts received, summed.
 using Records = std::map<Key, std::map<int, std::vector<double>>>;
 
-void read_file(int rank, const fs::path& file, Records& records, int& local_experts, std::string& experts_from) {
+void read_file(int rank, const fs::path& file, Records& records, int& local_experts, std::string& experts_from,
+               std::int64_t& relogged) {
   std::string text;
   try {
     text = io::read_input_file(file, kLogFileLimit, "tokens-per-expert log");
@@ -122,11 +133,11 @@ void read_file(int rank, const fs::path& file, Records& records, int& local_expe
     if (!line.is_object()) bad(where + ": not a JSON object");
     Key key;
     key.iter = integer_field(line, "iter", where, 0);
-    key.layer = static_cast<int>(std::min<std::int64_t>(integer_field(line, "layer", where, 0), 1 << 30));
+    key.layer = small_field(line, "layer", where);
     const auto block = line.find("block");
     if (block == line.end() || !block->is_string()) bad(where + ": no \"block\" string");
     if (*block == "mtp") {
-      key.mtp_idx = static_cast<int>(std::min<std::int64_t>(integer_field(line, "mtp_idx", where, 0), 1 << 30));
+      key.mtp_idx = small_field(line, "mtp_idx", where);
     } else if (*block != "decoder") {
       bad(where + ": \"block\" is " + block->dump() + ", not \"decoder\" or \"mtp\"");
     }
@@ -153,10 +164,9 @@ void read_file(int rank, const fs::path& file, Records& records, int& local_expe
       }
       sums.push_back(rows);
     }
+    // Megatron appends: a resumed run or a rerun of a step logs an iteration again; the last stands.
     auto& slot = records[key][rank];
-    if (!slot.empty())
-      bad(where + ": rank " + std::to_string(rank) + " logs " + layer_name(key.mtp_idx, key.layer) + " of iteration " +
-          std::to_string(key.iter) + " twice");
+    if (!slot.empty()) ++relogged;
     slot = std::move(sums);
   }
 }
@@ -186,7 +196,8 @@ ExpertLoadReport read_expert_load_log(const std::vector<fs::path>& paths, int ep
   Records records;
   int local_experts = 0;
   std::string experts_from;
-  for (const auto& [rank, file] : files) read_file(rank, file, records, local_experts, experts_from);
+  std::int64_t relogged = 0;
+  for (const auto& [rank, file] : files) read_file(rank, file, records, local_experts, experts_from, relogged);
   if (records.empty()) bad("the tokens-per-expert logs hold no records");
   if (experts > 0 && static_cast<std::int64_t>(local_experts) * ep != experts)
     bad("EP " + std::to_string(ep) + " with " + std::to_string(local_experts) + " local experts a rank (" +
@@ -198,6 +209,27 @@ ExpertLoadReport read_expert_load_log(const std::vector<fs::path>& paths, int ep
   report.ep = ep;
   report.etp = etp;
   report.local_experts = local_experts;
+  report.relogged = relogged;
+  const std::int64_t span = std::int64_t{etp} * ep;  // the ranks of one block of expert-TP x EP
+  const auto first_of = [&](std::int64_t rank) { return static_cast<int>(rank % etp + span * (rank / span)); };
+  const std::int64_t rank_limit = files.back().first;
+  // Expert-TP copies see the same tokens and log the same rows; ranks etp apart hold other experts
+  // (or other tokens) and do not, unless they are copies: then the run's expert-TP is larger.
+  {
+    std::int64_t pairs = 0, same = 0;
+    for (const auto& [key, by_rank] : records)
+      for (const auto& [rank, sums] : by_rank) {
+        if ((rank / etp) % 2 != 0) continue;
+        const auto next = by_rank.find(rank + etp);
+        if (next == by_rank.end()) continue;
+        ++pairs;
+        same += next->second == sums;
+      }
+    if (pairs > 0 && same == pairs)
+      bad("ranks " + std::to_string(etp) + " apart log the same rows in every forward: they are " +
+          "expert-TP copies, so the run's expert-TP size is larger than " + std::to_string(etp) +
+          " (Megatron's default is the TP size): give --etp");
+  }
 
   struct Sum {
     double max = 0, mean = 0;
@@ -209,13 +241,16 @@ ExpertLoadReport read_expert_load_log(const std::vector<fs::path>& paths, int ep
   std::vector<int> group_ranks;
   for (const auto& [key, by_rank] : records) {
     for (const auto& [rank, sums] : by_rank) {
-      // The expert fold of rank_coords (config.cpp), from EP and expert-TP alone.
-      const int first = rank % etp + etp * ep * (rank / (etp * ep));
-      if (rank != first) continue;  // each group once, from its first member
+      // The expert fold of rank_coords (config.cpp), from EP and expert-TP alone. Each group once, from the first of
+      // its members present (a missing one is named below).
+      const int first = first_of(rank);
+      bool seen = false;
+      for (std::int64_t m = first; m < rank; m += etp) seen |= by_rank.count(static_cast<int>(m)) > 0;
+      if (seen) continue;
       std::vector<const std::vector<double>*> group;
       for (int k = 0; k < ep; ++k) {
-        const int member = first + etp * k;
-        const auto it = by_rank.find(member);
+        const std::int64_t member = first + std::int64_t{etp} * k;  // beyond every rank: missing
+        const auto it = member > rank_limit ? by_rank.end() : by_rank.find(static_cast<int>(member));
         if (it == by_rank.end())
           bad("rank " + std::to_string(member) + " of the EP group of rank " + std::to_string(first) + " (EP " +
               std::to_string(ep) + ", expert-TP " + std::to_string(etp) + ") has no log of " +
@@ -289,6 +324,7 @@ std::string expert_load_table(const ExpertLoadReport& r, std::size_t top_layers)
       << " EP groups of " << r.local_experts << " local experts a rank (" << r.local_experts * r.ep << " experts)\n";
   out << "records      " << r.records << " (EP group, layer, forward)";
   if (r.empty_records > 0) out << ", " << r.empty_records << " without a row left out";
+  if (r.relogged > 0) out << ", " << r.relogged << " lines logged again (a resumed run?): the last kept";
   out << "\n";
   out << "busiest rank " << fixed(r.factor, 3) << "x the mean over a step (the slowest EP group, "
       << r.iterations.size() << (r.iterations.size() == 1 ? " iteration" : " iterations") << ")\n";
@@ -304,7 +340,7 @@ std::string expert_load_table(const ExpertLoadReport& r, std::size_t top_layers)
     }
   }
   if (top_layers > 0 && !r.layers.empty()) {
-    out << "\nhottest layers (index inside the pipeline stage)\nlayer              mean     max\n";
+    out << "\nhottest layers (index inside the model chunk)\nlayer              mean     max\n";
     for (std::size_t i = 0; i < std::min(top_layers, r.layers.size()); ++i) {
       char line[96];
       std::snprintf(line, sizeof line, "%-16s %6.3fx %6.3fx\n", r.layers[i].name.c_str(), r.layers[i].mean_ratio,
@@ -325,6 +361,7 @@ std::string expert_load_json(const ExpertLoadReport& r) {
   j["local_experts"] = r.local_experts;
   j["records"] = r.records;
   j["empty_records"] = r.empty_records;
+  j["relogged"] = r.relogged;
   j["expert_load"] = r.factor;
   j["forward"] = {{"median", r.median_ratio}, {"p90", r.p90_ratio}, {"max", r.max_ratio}};
   j["iterations"] = nlohmann::json::array();

@@ -429,7 +429,7 @@ CASES = [
      "--routing-skew = '0x1p1' is not a decimal number", None, None),
     ("expert-load-log-not-json", 10, 2, ["expert-load", ".", "--ep", "2"], "rank1.jsonl' line 1 is not valid JSON",
      files(**{"rank0.jsonl": '{"iter": 1, "block": "decoder", "layer": 0, "tpe": [[1, 2]]}\n', "rank1.jsonl": "{\n"}), None),
-    ("expert-load-log-huge-count", 10, 2, ["expert-load", ".", "--ep", "1"], "must be >= 0 and below 2^62",
+    ("expert-load-log-huge-iter", 10, 2, ["expert-load", ".", "--ep", "1"], "must be >= 0 and below 2^62",
      files(**{"rank0.jsonl": '{"iter": 18446744073709551615, "block": "decoder", "layer": 0, "tpe": [[1]]}\n'}), None),
     ("expert-load-log-fifo", 10, 2, ["expert-load", "rank0.jsonl", "--ep", "1"], "not a regular file",
      lambda d: os.mkfifo(os.path.join(d, "rank0.jsonl")), None),

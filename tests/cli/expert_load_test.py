@@ -6,7 +6,8 @@ router; the expected figure is computed here a second way, from the layout's coo
 than rank arithmetic, and must agree to 1e-12. A uniform random router (what Megatron's
 --moe-router-force-load-balancing does) logged the same way must come out where the twin's own
 force-balance model puts it (simulate's expert_load_factor) within the sampling error. Broken logs
-are refused in one line that names the file or the rank.
+are refused in one line that names the file or the rank; so is an expert-TP size left at 1 where
+the run's copies log the same rows.
 
 usage: expert_load_test.py HYBRID_TWIN
 """
@@ -36,30 +37,66 @@ def route(rng, tokens, experts, topk, weights):
     return counts
 
 
-def write_logs(folder, layout, iters, layers, forwards, experts, counts_of):
-    """Megatron's files for a layout {etp, ep, edp, pp}; counts_of(iter, pp, edp, layer, f) gives the
-    EP group's per-expert rows (the same on every expert-TP copy, as each copy sees the same tokens)."""
-    etp, ep, edp, pp = layout["etp"], layout["ep"], layout["edp"], layout["pp"]
-    local = experts // ep
+def decompose(index, shape):
+    """Mixed-radix digits of index, the first dimension fastest."""
+    digits = []
+    for size in shape:
+        digits.append(index % size)
+        index //= size
+    return digits
+
+
+def orthogonal_groups(sizes, varying):
+    """Megatron's rank groups (parallel_state.generate_masked_orthogonal_rank_groups, re-derived):
+    ranks lie on a grid of `sizes` in its order (tp-cp-ep-dp-pp, first fastest); a group holds the
+    ranks that differ only in the dimensions marked in `varying`, listed in their order."""
+    strides = [1]
+    for size in sizes[:-1]:
+        strides.append(strides[-1] * size)
+    inner = [(sz, st) for sz, st, v in zip(sizes, strides, varying) if v]
+    outer = [(sz, st) for sz, st, v in zip(sizes, strides, varying) if not v]
+    group_size, world = 1, 1
+    for sz, _ in inner:
+        group_size *= sz
+    for sz in sizes:
+        world *= sz
+    groups = []
+    for g in range(world // group_size):
+        base = sum(d * st for d, (_, st) in zip(decompose(g, [sz for sz, _ in outer]), outer))
+        groups.append([base + sum(d * st for d, (_, st) in zip(decompose(r, [sz for sz, _ in inner]), inner))
+                       for r in range(group_size)])
+    return groups
+
+
+def ep_groups(layout):
+    """(EP group's ranks, its expert-TP index, edp, pp) for the expert grid tp=etp, cp=1, ep, dp=edp, pp."""
+    sizes = [layout["etp"], 1, layout["ep"], layout["edp"], layout["pp"]]
+    out = []
+    for g, ranks in enumerate(orthogonal_groups(sizes, [False, False, True, False, False])):
+        t, _, d, p = decompose(g, [layout["etp"], 1, layout["edp"], layout["pp"]])
+        out.append((ranks, t, d, p))
+    return out
+
+
+def write_logs(folder, layout, iters, keys, forwards, experts, counts_of):
+    """Megatron's files for a layout {etp, ep, edp, pp}, ranks placed by Megatron's group algorithm;
+    counts_of(iter, pp, edp, key index, forward) gives the EP group's per-expert rows (the same on
+    every expert-TP copy, as each copy sees the same tokens). keys: the log lines' block and layer."""
+    local = experts // layout["ep"]
     lines = {}
     for it in iters:
-        for p in range(pp):
-            for d in range(edp):
-                per_layer = {l: [counts_of(it, p, d, l, f) for f in range(forwards)] for l in range(layers)}
-                for e in range(ep):
-                    for t in range(etp):
-                        rank = t + etp * (e + ep * (d + edp * p))
-                        for l in range(layers):
-                            tpe = [c[e * local:(e + 1) * local] for c in per_layer[l]]
-                            lines.setdefault(rank, []).append(
-                                json.dumps({"iter": it, "block": "decoder", "layer": l, "tpe": tpe}) + "\n")
+        for ranks, _, d, p in ep_groups(layout):
+            for e, rank in enumerate(ranks):
+                for i, key in enumerate(keys):
+                    tpe = [counts_of(it, p, d, i, f)[e * local:(e + 1) * local] for f in range(forwards)]
+                    lines.setdefault(rank, []).append(json.dumps({"iter": it, **key, "tpe": tpe}) + "\n")
     os.makedirs(os.path.join(folder, "tokens_per_expert"), exist_ok=True)
     for rank, ls in lines.items():
         with open(os.path.join(folder, "tokens_per_expert", f"rank{rank}.jsonl"), "a") as f:
             f.writelines(ls)
 
 
-def expected(layout, iters, layers, forwards, experts, counts_of):
+def expected(layout, iters, keys, forwards, experts, counts_of):
     """The definition, walked over the layout's coordinates: per iteration the slowest EP group's
     sum over (layer, forward) of the busiest rank's rows over its sum of the mean rank's rows."""
     ep, local = layout["ep"], experts // layout["ep"]
@@ -69,9 +106,9 @@ def expected(layout, iters, layers, forwards, experts, counts_of):
         for p in range(layout["pp"]):
             for d in range(layout["edp"]):
                 most = mean = 0.0
-                for l in range(layers):
+                for i in range(len(keys)):
                     for f in range(forwards):
-                        c = counts_of(it, p, d, l, f)
+                        c = counts_of(it, p, d, i, f)
                         ranks = [sum(c[e * local:(e + 1) * local]) for e in range(ep)]
                         if sum(ranks) == 0:
                             continue
@@ -84,11 +121,13 @@ def expected(layout, iters, layers, forwards, experts, counts_of):
 
 tmp = tempfile.mkdtemp(prefix="ht-expert-load-")
 try:
-    # 1. A skewed router on etp 2 x ep 4 x edp 2 x pp 2 = 32 ranks, 3 layers a stage, 4 forwards a
-    # layer, 2 logged iterations; 16 experts top-2 with Zipf popularity permuted per layer.
+    # 1. A skewed router on etp 2 x ep 4 x edp 2 x pp 2 = 32 ranks, 3 layers and an MTP layer a
+    # stage, 4 forwards a layer, 2 logged iterations; 16 experts top-2 with Zipf popularity permuted
+    # per layer; ranks placed by Megatron's group algorithm, not by the tool's formula.
     rng = random.Random(7)
     layout = {"etp": 2, "ep": 4, "edp": 2, "pp": 2}
-    iters, layers, forwards, experts = [10, 20], 3, 4, 16
+    iters, forwards, experts = [10, 20], 4, 16
+    keys = [{"block": "decoder", "layer": l} for l in range(3)] + [{"block": "mtp", "mtp_idx": 0, "layer": 0}]
     memo = {}
 
     def skewed(it, p, d, l, f):
@@ -101,8 +140,8 @@ try:
         return memo[key]
 
     logs = os.path.join(tmp, "skewed")
-    write_logs(logs, layout, iters, layers, forwards, experts, skewed)
-    want = expected(layout, iters, layers, forwards, experts, skewed)
+    write_logs(logs, layout, iters, keys, forwards, experts, skewed)
+    want = expected(layout, iters, keys, forwards, experts, skewed)
     rc, out, err = run(["expert-load", logs, "--ep", "4", "--etp", "2", "--json"])
     check(rc == 0, f"expert-load reads 32 ranks' logs ({err.strip()[-200:]})")
     got = json.loads(out) if rc == 0 else {}
@@ -135,7 +174,8 @@ try:
         return counts
 
     logs = os.path.join(tmp, "uniform")
-    write_logs(logs, {"etp": 1, "ep": 8, "edp": 1, "pp": 1}, [1], 1, forwards_uniform, 128, uniform)
+    write_logs(logs, {"etp": 1, "ep": 8, "edp": 1, "pp": 1}, [1], [{"block": "decoder", "layer": 0}], forwards_uniform,
+               128, uniform)
     rc, out, err = run(["expert-load", logs, "--ep", "8", "--json"])
     measured = json.loads(out)["expert_load"] if rc == 0 else 0
     # The mean over 150 forwards of the busiest of 8 ranks: its spread is about 0.6 of a rank's
@@ -156,6 +196,21 @@ try:
             "an EP size that tiles the ranks but not the model's experts")
     rc, out, _ = run(["expert-load", bad, "--ep", "4", "--etp", "2", "--experts", "16", "--json"])
     check(rc == 0 and abs(json.loads(out)["expert_load"] - want) <= 1e-12 * want, "the right EP size and experts pass")
+    refused([bad, "--ep", "4"], "expert-TP copies", "expert-TP left at 1 where the run's copies log in pairs")
+    refused([bad, "--ep", "65536", "--etp", "65536"], "has no log of", "an EP x expert-TP block beyond 32 bits")
+    # Megatron appends: a resumed run logs iteration 20 again; the last lines stand.
+    with open(os.path.join(tpe_dir, "rank6.jsonl")) as f:
+        last = f.readlines()[-1]
+    with open(os.path.join(tpe_dir, "rank6.jsonl"), "a") as f:
+        f.write(last)
+    rc, out, _ = run(["expert-load", bad, "--ep", "4", "--etp", "2", "--json"])
+    got = json.loads(out) if rc == 0 else {}
+    check(rc == 0 and got["relogged"] == 1 and abs(got["expert_load"] - want) <= 1e-12 * want,
+          "a line logged again (a resumed run) is counted and the last one kept")
+    first = os.path.join(tpe_dir, "rank0.jsonl")
+    os.rename(first, first + ".away")
+    refused([bad, "--ep", "4", "--etp", "2"], "rank 0 of the EP group of rank 0", "a group's first rank missing")
+    os.rename(first + ".away", first)
     os.remove(os.path.join(tpe_dir, "rank6.jsonl"))
     refused([bad, "--ep", "4", "--etp", "2"], "rank 6 of the EP group of rank 0", "a rank's log missing")
     def broken(text, words, what):
@@ -169,7 +224,8 @@ try:
     broken(line % "1, 2, -3, 4", "rank6.jsonl' line 1: an expert's rows are -3", "a negative count")
     broken("\n" + line.replace("}", "", 1), "rank6.jsonl' line 2", "a line that is not JSON")
     broken(line.replace("decoder", "encoder") % "1, 2, 3, 4", "not \"decoder\" or \"mtp\"", "an unknown block")
-    broken(2 * (line % "1, 2, 3, 4"), "twice", "a layer logged twice in one iteration")
+    broken(line.replace('"layer": 0', '"layer": 4294967296') % "1, 2, 3, 4", "not a layer index",
+           "a layer index beyond any model")
     broken(line % "1, 2, 3, 4", "log 4 and 1 forwards", "members with different numbers of forwards")
     empty = os.path.join(tmp, "empty")
     os.makedirs(empty)
@@ -177,7 +233,8 @@ try:
     other = os.path.join(tmp, "other.jsonl")
     open(other, "w").close()
     refused([other, "--ep", "4"], "is not named rank<R>.jsonl", "a file that does not name its rank")
-    refused([os.path.join(tmp, "rank3.jsonl"), "--ep", "4"], "rank3.jsonl", "a missing file")
+    refused([os.path.join(tmp, "rank3.jsonl"), "--ep", "4"], "no such file or folder", "a missing file")
+    refused([os.path.join(tmp, "nowhere"), "--ep", "4"], "no such file or folder", "a missing folder")
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 

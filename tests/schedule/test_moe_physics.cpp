@@ -336,5 +336,5 @@ TEST_CASE("expert-load log: the slowest EP group's busiest-rank rows over the me
   CHECK(report.max_ratio == Approx(4.0 / 3.0).epsilon(1e-15));
   REQUIRE(report.layers.size() == 1);
   CHECK(report.layers[0].mean_ratio == Approx((4.0 / 3 + 4.0 / 3 + 1.0) / 3).epsilon(1e-15));
-  CHECK_THROWS_WITH(read_expert_load_log({dir}, 2, 1), Catch::Contains("io: ") || Catch::Contains("log: "));
+  CHECK_THROWS_WITH(read_expert_load_log({dir}, 2, 1), Catch::Contains("no such file or folder"));
 }

@@ -8,8 +8,11 @@
 //
 // `tpe` holds one list per forward of that layer (each microbatch, again for each recomputation):
 // the rows each of the rank's local experts received, as the experts' grouped GEMMs saw them.
-// `layer` is the layer's index inside its pipeline stage's model chunk. The members of an EP group
-// run the same layers in the same order, so their j-th records are one all-to-all's worth of work.
+// `layer` is the layer's index inside its model chunk (the pipeline stage, or one virtual stage of
+// it: a rank's chunks share the numbers and their records join one list). The members of an EP
+// group hold the same chunks and run them in the same order, so their j-th records are one
+// all-to-all's worth of work. Megatron appends, so a resumed run logs an iteration again: the
+// last lines stand.
 //
 // Megatron lays out expert ranks as etp + ETP (ep + EP (edp + EDP pp)) (order tp-cp-ep-dp-pp and
 // its tp-cp-ep-pp-dp variant alike: EP sits next to expert-TP), so the EP group of rank r is the EP
@@ -29,7 +32,7 @@
 namespace ht::schedule {
 
 struct ExpertLoadLayer {
-  std::string name;       // "layer 3", "mtp 0 layer 1" (indices inside the pipeline stage)
+  std::string name;       // "layer 3", "mtp 0 layer 1" (indices inside the model chunk)
   double mean_ratio = 0;  // busiest member over the mean, averaged over groups and records
   double max_ratio = 0;   // the largest single record's
 };
@@ -44,6 +47,7 @@ struct ExpertLoadReport {
   int ranks = 0, ep = 1, etp = 1, groups = 0, local_experts = 0;
   std::int64_t records = 0;                               // (group, layer, forward) records compared
   std::int64_t empty_records = 0;                         // forwards in which no member received a row (left out)
+  std::int64_t relogged = 0;  // lines an iteration logged again (a resumed run): the last kept
   std::vector<ExpertLoadIteration> iterations;            // in iteration order
   double factor = 1;                                      // mean over iterations: what --expert-load takes
   double median_ratio = 1, p90_ratio = 1, max_ratio = 1;  // of single records

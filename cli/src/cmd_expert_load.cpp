@@ -14,14 +14,14 @@ namespace {
 
 struct ExpertLoadArgs {
   std::vector<std::string> paths;
-  int ep = 0, etp = 1, experts = 0;
+  int ep = 0, etp = 1, experts = 0, gpus_per_node = 8;
   std::size_t top = 10;
   bool json = false;
 };
 
 int run(const ExpertLoadArgs& a) {
   std::vector<std::filesystem::path> paths(a.paths.begin(), a.paths.end());
-  const auto report = ht::schedule::read_expert_load_log(paths, a.ep, a.etp, a.experts);
+  const auto report = ht::schedule::read_expert_load_log(paths, a.ep, a.etp, a.experts, a.gpus_per_node);
   std::cout << (a.json ? ht::schedule::expert_load_json(report) : ht::schedule::expert_load_table(report, a.top));
   return 0;
 }
@@ -52,6 +52,11 @@ const Registration reg{{
       sub.add_option("--experts", a->experts,
                      "the model's routed experts (--num-experts): checks that EP x local experts is that many")
           ->check(CLI::Range(1, 1 << 24));
+      sub.add_option("--gpus-per-node", a->gpus_per_node,
+                     "GPUs a node (consecutive global ranks): for the busiest node's load, which DeepEP's RDMA "
+                     "copies follow")
+          ->capture_default_str()
+          ->check(CLI::Range(1, 1 << 20));
       sub.add_option("--top", a->top, "hottest layers listed in the table")->capture_default_str();
       sub.add_flag("--json", a->json, "print JSON instead of a table");
       return [a] { return run(*a); };

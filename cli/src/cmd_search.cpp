@@ -423,7 +423,8 @@ std::string job_command(const SearchArgs& a, const Setup& base, const Candidate&
     << (a.physics.cross_entropy_fusion ? " --cross-entropy-fusion" : "")
     << (a.offload != "none" ? " --offload-modules " + shell_quote(a.offload) : "")
     << (a.physics.memory_margin_gib > 0 ? " --memory-margin " + shell_quote(exact(a.physics.memory_margin_gib)) : "")
-    << (a.physics.expert_load > 0 ? " --expert-load " + shell_quote(exact(a.physics.expert_load)) : "");
+    << (a.physics.expert_load > 0 ? " --expert-load " + shell_quote(exact(a.physics.expert_load)) : "")
+    << (a.physics.expert_node_load > 0 ? " --expert-node-load " + shell_quote(exact(a.physics.expert_node_load)) : "");
   if (c.pp > 1 && a.split.first_stage_layers >= 0) o << " --first-stage-layers " << a.split.first_stage_layers;
   if (c.pp > 1 && a.split.last_stage_layers >= 0) o << " --last-stage-layers " << a.split.last_stage_layers;
   o << " --json > " << shell_quote(out);

@@ -158,7 +158,8 @@ int to_int(const std::string& key, const std::string& v) {
 
 std::vector<std::string> sweep_keys() {
   std::vector<std::string> keys = {"pattern", "ep", "pp", "vpp", "dp", "microbatches", "tp", "cp", "etp"};
-  for (const char* k : {"routing_skew", "expert_load", "launch_overhead_us", "comm_launch_us", "interference_factor"})
+  for (const char* k : {"routing_skew", "expert_load", "expert_node_load", "launch_overhead_us", "comm_launch_us",
+                        "interference_factor"})
     keys.emplace_back(k);
   for (const auto& k : sim::platform_keys()) keys.push_back(k);
   for (const auto& f : hs::model_fields()) keys.emplace_back(f.name);
@@ -175,9 +176,11 @@ void apply(Setup& s, const std::string& key, const std::string& v) {
   else if (key == "tp") s.parallel.tp = to_int(key, v);
   else if (key == "cp") s.parallel.cp = to_int(key, v);
   else if (key == "etp") s.parallel.etp = to_int(key, v);
-  else if (key == "routing_skew" || key == "expert_load") {
+  else if (key == "routing_skew" || key == "expert_load" || key == "expert_node_load") {
     try {
-      (key == "routing_skew" ? s.options.routing_skew : s.options.expert_load) = std::stod(v);
+      (key == "routing_skew"  ? s.options.routing_skew
+       : key == "expert_load" ? s.options.expert_load
+                              : s.options.expert_node_load) = std::stod(v);
     } catch (const std::exception&) {
       throw UsageError("--sweep " + key + ": '" + v + "' is not a number");
     }
@@ -491,8 +494,8 @@ const Registration reg{{
       sub.add_flag("--json", a->json_out, "print results as JSON");
       sub.add_option("--sweep", a->sweeps,
                      "KEY=V1,V2,... (repeatable: cartesian product); keys: pattern, ep, pp, vpp, dp, microbatches, "
-                     "routing_skew, expert_load, cost keys, platform keys, model fields. One row per combination, "
-                     "overlap off and on side by side")
+                     "routing_skew, expert_load, expert_node_load, cost keys, platform keys, model fields. One row per "
+                     "combination, overlap off and on side by side")
           ->group(twin);
       sub.add_option("-j,--jobs", a->jobs, "--sweep: worker processes")
           ->check(CLI::Range(1, 256))

@@ -207,6 +207,7 @@ struct PhysicsFlags {
   std::string dispatcher = "alltoall";
   std::string routing = "aux-loss";
   double expert_load = 0;  // --expert-load: the busiest EP rank's load over the mean, given
+  double expert_node_load = 0;  // --expert-node-load: the busiest node's, given
   std::string precision = "bf16";
   std::string dispatch_dtype = "bf16";
   bool tp_comm_overlap = false;
@@ -217,6 +218,7 @@ struct PhysicsFlags {
     o.dispatcher = *schedule::dispatcher_from_string(dispatcher);
     o.routing = *schedule::routing_from_string(routing);
     o.expert_load = expert_load;
+    o.expert_node_load = expert_node_load;
     o.precision = *schedule::precision_from_string(precision);
     o.tp_comm_overlap = tp_comm_overlap;
     o.cross_entropy_fusion = cross_entropy_fusion;
@@ -243,6 +245,11 @@ inline void add_physics_flags(CLI::App& sub, PhysicsFlags& f) {
                  "the busiest EP rank's expert load over the mean, as measured from your router (e.g. the tokens "
                  "per expert Megatron logs), instead of --routing's model: its expert rows and what it receives "
                  "are priced at it (memory stays at the mean load)")
+      ->check(number_between(1, 1e6))
+      ->group(group);
+  sub.add_option("--expert-node-load", f.expert_node_load,
+                 "the busiest node's expert load over the mean (hybrid-twin expert-load measures both): DeepEP's "
+                 "and HybridEP's RDMA copies follow it; default --expert-load when given, else --routing's model")
       ->check(number_between(1, 1e6))
       ->group(group);
   sub.add_flag("--tp-comm-overlap", f.tp_comm_overlap,

@@ -1016,8 +1016,10 @@ Plan build_plan(const patterns::ParsedPattern& pattern, const ModelDims& dims,
     const int gpn = std::max(1, options.nvlink_domain);
     const int on_node = static_cast<int>(
         std::count_if(ep_group.begin(), ep_group.end(), [&](int r) { return r / gpn == ep_group.front() / gpn; }));
-    ctx.route.node_load_factor =
-        given ? options.expert_load : expert_load_factor(dims, config.ep, ctx.shard, options.routing, on_node);
+    const bool node_given = options.expert_node_load != 0 && config.ep > 1 && dims.num_experts > 0;
+    ctx.route.node_load_factor = node_given ? options.expert_node_load
+                                 : given    ? options.expert_load
+                                            : expert_load_factor(dims, config.ep, ctx.shard, options.routing, on_node);
   }
   const int chunks_per_rank = config.model_chunks();
   ctx.chunks.assign(static_cast<std::size_t>(config.pp),

@@ -188,8 +188,9 @@ std::string fixed(double v, int digits) {
 
 }  // namespace
 
-ExpertLoadReport read_expert_load_log(const std::vector<fs::path>& paths, int ep, int etp, int experts) {
-  if (ep < 1 || etp < 1) bad("the EP and expert-TP sizes must be >= 1");
+ExpertLoadReport read_expert_load_log(const std::vector<fs::path>& paths, int ep, int etp, int experts,
+                                      int gpus_per_node) {
+  if (ep < 1 || etp < 1 || gpus_per_node < 1) bad("the EP and expert-TP sizes and the GPUs a node must be >= 1");
   if (paths.empty()) bad("no tokens-per-expert logs given");
   const auto files = log_files(paths);
 
@@ -208,6 +209,7 @@ ExpertLoadReport read_expert_load_log(const std::vector<fs::path>& paths, int ep
   report.ranks = static_cast<int>(files.size());
   report.ep = ep;
   report.etp = etp;
+  report.gpus_per_node = gpus_per_node;
   report.local_experts = local_experts;
   report.relogged = relogged;
   const std::int64_t span = std::int64_t{etp} * ep;  // the ranks of one block of expert-TP x EP
@@ -232,7 +234,7 @@ ExpertLoadReport read_expert_load_log(const std::vector<fs::path>& paths, int ep
   }
 
   struct Sum {
-    double max = 0, mean = 0;
+    double max = 0, mean = 0, node_max = 0;
   };
   std::map<std::int64_t, std::map<int, Sum>> per_iter;  // iteration -> group's first rank -> sums
   std::map<std::pair<int, int>, ExpertLoadLayer> layers;
@@ -248,6 +250,7 @@ ExpertLoadReport read_expert_load_log(const std::vector<fs::path>& paths, int ep
       for (std::int64_t m = first; m < rank; m += etp) seen |= by_rank.count(static_cast<int>(m)) > 0;
       if (seen) continue;
       std::vector<const std::vector<double>*> group;
+      std::vector<std::int64_t> node_of;  // each member's node (global rank / GPUs a node)
       for (int k = 0; k < ep; ++k) {
         const std::int64_t member = first + std::int64_t{etp} * k;  // beyond every rank: missing
         const auto it = member > rank_limit ? by_rank.end() : by_rank.find(static_cast<int>(member));
@@ -261,7 +264,9 @@ ExpertLoadReport read_expert_load_log(const std::vector<fs::path>& paths, int ep
               std::to_string(sums.size()) + " and " + std::to_string(it->second.size()) + " forwards of " +
               layer_name(key.mtp_idx, key.layer) + " in iteration " + std::to_string(key.iter));
         group.push_back(&it->second);
+        node_of.push_back(member / gpus_per_node);
       }
+      if (node_of.front() != node_of.back()) report.spans_nodes = true;
       group_ranks.push_back(first);
       Sum& total = per_iter[key.iter][first];
       auto& layer = layers[{key.mtp_idx, key.layer}];
@@ -276,8 +281,18 @@ ExpertLoadReport read_expert_load_log(const std::vector<fs::path>& paths, int ep
           continue;
         }
         const double mean = all / ep, ratio = most / mean;
+        // A node's load: its members' rows over their number (the rank mean the node's NICs carry).
+        double node_most = 0;
+        for (std::size_t a = 0; a < group.size();) {
+          double rows = 0;
+          std::size_t b = a;
+          for (; b < group.size() && node_of[b] == node_of[a]; ++b) rows += (*group[b])[j];
+          node_most = std::max(node_most, rows / static_cast<double>(b - a));
+          a = b;
+        }
         total.max += most;
         total.mean += mean;
+        total.node_max += node_most;
         ratios.push_back(ratio);
         layer.mean_ratio += ratio;
         layer.max_ratio = std::max(layer.max_ratio, ratio);
@@ -290,19 +305,23 @@ ExpertLoadReport read_expert_load_log(const std::vector<fs::path>& paths, int ep
   report.groups = static_cast<int>(std::unique(group_ranks.begin(), group_ranks.end()) - group_ranks.begin());
   report.records = static_cast<std::int64_t>(ratios.size());
 
-  double factor_sum = 0;
+  double factor_sum = 0, node_sum = 0;
   for (const auto& [iter, groups] : per_iter) {
-    ExpertLoadIteration it{iter, 0, 0};
+    ExpertLoadIteration it;
+    it.iter = iter;
     for (const auto& [first, s] : groups) {
       if (s.mean <= 0) continue;
       const double f = s.max / s.mean;
       if (f > it.factor) it.factor = f, it.slowest_group_rank = first;
+      it.node_factor = std::max(it.node_factor, s.node_max / s.mean);
     }
     if (it.factor <= 0) continue;
     report.iterations.push_back(it);
     factor_sum += it.factor;
+    node_sum += it.node_factor;
   }
   report.factor = factor_sum / static_cast<double>(report.iterations.size());
+  report.node_factor = node_sum / static_cast<double>(report.iterations.size());
   report.median_ratio = quantile(ratios, 0.5);
   report.p90_ratio = quantile(ratios, 0.9);
   report.max_ratio = *std::max_element(ratios.begin(), ratios.end());
@@ -328,6 +347,9 @@ std::string expert_load_table(const ExpertLoadReport& r, std::size_t top_layers)
   out << "\n";
   out << "busiest rank " << fixed(r.factor, 3) << "x the mean over a step (the slowest EP group, "
       << r.iterations.size() << (r.iterations.size() == 1 ? " iteration" : " iterations") << ")\n";
+  if (r.spans_nodes)
+    out << "busiest node " << fixed(r.node_factor, 3) << "x the mean (a node's ranks pooled, "
+        << "what DeepEP's RDMA copies follow)\n";
   out << "one forward  median " << fixed(r.median_ratio, 3) << "x, p90 " << fixed(r.p90_ratio, 3) << "x, max "
       << fixed(r.max_ratio, 3) << "x\n";
   if (r.iterations.size() > 1) {
@@ -348,7 +370,9 @@ std::string expert_load_table(const ExpertLoadReport& r, std::size_t top_layers)
       out << line;
     }
   }
-  out << "\nsimulate with: --expert-load " << fixed(r.factor, 3) << "\n";
+  out << "\nsimulate with: --expert-load " << fixed(r.factor, 3);
+  if (r.spans_nodes) out << " --expert-node-load " << fixed(r.node_factor, 3);
+  out << "\n";
   return out.str();
 }
 
@@ -363,11 +387,16 @@ std::string expert_load_json(const ExpertLoadReport& r) {
   j["empty_records"] = r.empty_records;
   j["relogged"] = r.relogged;
   j["expert_load"] = r.factor;
+  j["expert_node_load"] = r.node_factor;
+  j["gpus_per_node"] = r.gpus_per_node;
+  j["spans_nodes"] = r.spans_nodes;
   j["forward"] = {{"median", r.median_ratio}, {"p90", r.p90_ratio}, {"max", r.max_ratio}};
   j["iterations"] = nlohmann::json::array();
   for (const auto& it : r.iterations)
-    j["iterations"].push_back(
-        {{"iter", it.iter}, {"expert_load", it.factor}, {"slowest_group_rank", it.slowest_group_rank}});
+    j["iterations"].push_back({{"iter", it.iter},
+                               {"expert_load", it.factor},
+                               {"expert_node_load", it.node_factor},
+                               {"slowest_group_rank", it.slowest_group_rank}});
   j["layers"] = nlohmann::json::array();
   for (const auto& l : r.layers)
     j["layers"].push_back({{"layer", l.name}, {"mean", l.mean_ratio}, {"max", l.max_ratio}});

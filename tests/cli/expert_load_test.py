@@ -119,6 +119,31 @@ def expected(layout, iters, keys, forwards, experts, counts_of):
     return sum(factors) / len(factors)
 
 
+def expected_node(layout, iters, keys, forwards, experts, counts_of, gpus_per_node):
+    """The busiest node's figure: per iteration the largest over EP groups of the sum over (layer,
+    forward) of the busiest node's mean rank rows (its members pooled) over the group's mean."""
+    ep, local = layout["ep"], experts // layout["ep"]
+    factors = []
+    for it in iters:
+        worst = 0.0
+        for ranks, _, d, p in ep_groups(layout):
+            most = mean = 0.0
+            for i in range(len(keys)):
+                for f in range(forwards):
+                    c = counts_of(it, p, d, i, f)
+                    rows = [sum(c[e * local:(e + 1) * local]) for e in range(ep)]
+                    if sum(rows) == 0:
+                        continue
+                    nodes = {}
+                    for rank, r in zip(ranks, rows):
+                        nodes.setdefault(rank // gpus_per_node, []).append(r)
+                    most += max(sum(v) / len(v) for v in nodes.values())
+                    mean += sum(rows) / ep
+            worst = max(worst, most / mean)
+        factors.append(worst)
+    return sum(factors) / len(factors)
+
+
 tmp = tempfile.mkdtemp(prefix="ht-expert-load-")
 try:
     # 1. A skewed router on etp 2 x ep 4 x edp 2 x pp 2 = 32 ranks, 3 layers and an MTP layer a
@@ -151,6 +176,14 @@ try:
     check(got.get("groups") == 8 and got.get("local_experts") == 4 and got.get("ranks") == 32,
           f"8 EP groups (both expert-TP copies) of 4 local experts ({got.get('groups')}, {got.get('local_experts')})")
     check([i["iter"] for i in got.get("iterations", [])] == iters, "both logged iterations reported")
+    check(got.get("spans_nodes") is False and got.get("expert_node_load") == 1,
+          "EP groups inside one node of 8: the node pools every member, its load is the mean")
+    want_node = expected_node(layout, iters, keys, forwards, experts, skewed, 4)
+    rc, out, _ = run(["expert-load", logs, "--ep", "4", "--etp", "2", "--gpus-per-node", "4", "--json"])
+    got4 = json.loads(out) if rc == 0 else {}
+    check(got4.get("spans_nodes") is True and abs(got4.get("expert_node_load", 0) - want_node) <= 1e-12 * want_node,
+          f"4 GPUs a node: the busiest node's load {got4.get('expert_node_load')} equals the definition {want_node}")
+    check(1 < want_node < want, f"pooling a node's ranks evens the load ({want_node:.3f} < {want:.3f})")
     rc, table, _ = run(["expert-load", os.path.join(logs, "tokens_per_expert", "rank0.jsonl")] +
                        [os.path.join(logs, "tokens_per_expert", f"rank{r}.jsonl") for r in range(1, 32)] +
                        ["--ep", "4", "--etp", "2"])

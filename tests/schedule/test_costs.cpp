@@ -113,6 +113,12 @@ TEST_CASE("a given expert load prices every EP rank's expert rows at that multip
   ScheduleOptions alone = options(false, false);
   alone.expert_load = 1.6;
   CHECK(make_plan("[*E]", parallel(1, 1, 1), alone).expert_load_factor == 1);
+  // The busiest node's load (DeepEP's RDMA copies): the given rank's unless given itself.
+  CHECK(plan.expert_node_load_factor == 1.6);
+  given.expert_node_load = 1.1;
+  const Plan node = make_plan("[*E]", parallel(2, 2, 1), given);
+  CHECK(node.expert_load_factor == 1.6);
+  CHECK(node.expert_node_load_factor == 1.1);
 }
 
 TEST_CASE("attention flops: projections, the causal score/value term, RoPE, norm and residual",

@@ -130,6 +130,12 @@ TEST_CASE("bad sizes are rejected with their values", "[schedule][reject]") {
   load.expert_load = 1.2;
   load.routing_skew = 0.5;
   require_rejected("[*E]", parallel(1, 1, 1), load, ErrorCode::BadConfig, "give one");
+  ScheduleOptions node = options(false, false);
+  node.expert_node_load = 0.5;
+  require_rejected("[*E]", parallel(1, 1, 1), node, ErrorCode::BadConfig, "expert_node_load = 0.5");
+  node.expert_node_load = 1.3;
+  node.expert_load = 1.2;
+  require_rejected("[*E]", parallel(1, 1, 1), node, ErrorCode::BadConfig, "never above the busiest");
   ModelDims d = tiny_model();
   d.top_k = 9;
   require_rejected("[*E]", parallel(1, 1, 1), options(false, false), ErrorCode::BadModel,

@@ -291,6 +291,9 @@ struct ScheduleOptions {
   // The busiest EP rank's expert load over the mean as the user measured or assumes it (>= 1;
   // e.g. from the tokens per expert Megatron logs), instead of `routing`'s model; 0 = the model.
   double expert_load = 0;
+  // The busiest node's (DeepEP's and HybridEP's RDMA copies follow it, costs.hpp MoeRoute), given
+  // (>= 1, at most expert_load); 0 = expert_load when given, else the routing model's.
+  double expert_node_load = 0;
   bool tp_comm_overlap = false;
   // --cross-entropy-loss-fusion: the loss over the vocabulary in fused kernels. Off (Megatron's
   // default): PyTorch's separate passes over fp32 logits (costs.hpp output_work).

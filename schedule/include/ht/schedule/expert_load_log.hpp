@@ -40,6 +40,7 @@ struct ExpertLoadLayer {
 struct ExpertLoadIteration {
   std::int64_t iter = 0;
   double factor = 0;           // the slowest EP group's sum(max) / sum(mean)
+  double node_factor = 0;      // the largest sum(busiest node's rank mean) / sum(mean) of a group
   int slowest_group_rank = 0;  // the first rank of that group
 };
 
@@ -50,6 +51,9 @@ struct ExpertLoadReport {
   std::int64_t relogged = 0;  // lines an iteration logged again (a resumed run): the last kept
   std::vector<ExpertLoadIteration> iterations;            // in iteration order
   double factor = 1;                                      // mean over iterations: what --expert-load takes
+  double node_factor = 1;  // the same with a node's ranks pooled: what --expert-node-load takes
+  int gpus_per_node = 8;
+  bool spans_nodes = false;                               // an EP group's members sit on more than one node
   double median_ratio = 1, p90_ratio = 1, max_ratio = 1;  // of single records
   std::vector<ExpertLoadLayer> layers;                    // hottest first
 };
@@ -60,8 +64,8 @@ struct ExpertLoadReport {
 // ScheduleError(BadLog) naming the file and line for anything malformed or inconsistent, and
 // ScheduleError(Io) for a file that cannot be read. `experts` > 0 (the model's routed experts)
 // also checks the EP size: local experts x ep must be that many.
-ExpertLoadReport read_expert_load_log(const std::vector<std::filesystem::path>& paths, int ep, int etp,
-                                      int experts = 0);
+ExpertLoadReport read_expert_load_log(const std::vector<std::filesystem::path>& paths, int ep, int etp, int experts = 0,
+                                      int gpus_per_node = 8);
 
 std::string expert_load_table(const ExpertLoadReport& report, std::size_t top_layers);
 std::string expert_load_json(const ExpertLoadReport& report);

@@ -96,38 +96,16 @@ def write_logs(folder, layout, iters, keys, forwards, experts, counts_of):
             f.writelines(ls)
 
 
-def expected(layout, iters, keys, forwards, experts, counts_of):
-    """The definition, walked over the layout's coordinates: per iteration the slowest EP group's
-    sum over (layer, forward) of the busiest rank's rows over its sum of the mean rank's rows."""
+def expected(layout, iters, keys, forwards, experts, counts_of, gpus_per_node=8):
+    """The definitions, walked over Megatron's EP groups: per iteration the slowest group's sum over
+    (layer, forward) of the busiest rank's rows over its sum of the mean rank's rows, and the same
+    for the busiest node (its members' rows pooled, over their number); averaged over iterations."""
     ep, local = layout["ep"], experts // layout["ep"]
     factors = []
     for it in iters:
-        worst = 0.0
-        for p in range(layout["pp"]):
-            for d in range(layout["edp"]):
-                most = mean = 0.0
-                for i in range(len(keys)):
-                    for f in range(forwards):
-                        c = counts_of(it, p, d, i, f)
-                        ranks = [sum(c[e * local:(e + 1) * local]) for e in range(ep)]
-                        if sum(ranks) == 0:
-                            continue
-                        most += max(ranks)
-                        mean += sum(ranks) / ep
-                worst = max(worst, most / mean)
-        factors.append(worst)
-    return sum(factors) / len(factors)
-
-
-def expected_node(layout, iters, keys, forwards, experts, counts_of, gpus_per_node):
-    """The busiest node's figure: per iteration the largest over EP groups of the sum over (layer,
-    forward) of the busiest node's mean rank rows (its members pooled) over the group's mean."""
-    ep, local = layout["ep"], experts // layout["ep"]
-    factors = []
-    for it in iters:
-        worst = 0.0
+        worst = worst_node = 0.0
         for ranks, _, d, p in ep_groups(layout):
-            most = mean = 0.0
+            most = node_most = mean = 0.0
             for i in range(len(keys)):
                 for f in range(forwards):
                     c = counts_of(it, p, d, i, f)
@@ -137,11 +115,12 @@ def expected_node(layout, iters, keys, forwards, experts, counts_of, gpus_per_no
                     nodes = {}
                     for rank, r in zip(ranks, rows):
                         nodes.setdefault(rank // gpus_per_node, []).append(r)
-                    most += max(sum(v) / len(v) for v in nodes.values())
+                    most += max(rows)
+                    node_most += max(sum(v) / len(v) for v in nodes.values())
                     mean += sum(rows) / ep
-            worst = max(worst, most / mean)
-        factors.append(worst)
-    return sum(factors) / len(factors)
+            worst, worst_node = max(worst, most / mean), max(worst_node, node_most / mean)
+        factors.append((worst, worst_node))
+    return tuple(sum(f[k] for f in factors) / len(factors) for k in (0, 1))
 
 
 tmp = tempfile.mkdtemp(prefix="ht-expert-load-")
@@ -166,7 +145,7 @@ try:
 
     logs = os.path.join(tmp, "skewed")
     write_logs(logs, layout, iters, keys, forwards, experts, skewed)
-    want = expected(layout, iters, keys, forwards, experts, skewed)
+    want = expected(layout, iters, keys, forwards, experts, skewed)[0]
     rc, out, err = run(["expert-load", logs, "--ep", "4", "--etp", "2", "--json"])
     check(rc == 0, f"expert-load reads 32 ranks' logs ({err.strip()[-200:]})")
     got = json.loads(out) if rc == 0 else {}
@@ -178,7 +157,7 @@ try:
     check([i["iter"] for i in got.get("iterations", [])] == iters, "both logged iterations reported")
     check(got.get("spans_nodes") is False and got.get("expert_node_load") == 1,
           "EP groups inside one node of 8: the node pools every member, its load is the mean")
-    want_node = expected_node(layout, iters, keys, forwards, experts, skewed, 4)
+    want_node = expected(layout, iters, keys, forwards, experts, skewed, 4)[1]
     rc, out, _ = run(["expert-load", logs, "--ep", "4", "--etp", "2", "--gpus-per-node", "4", "--json"])
     got4 = json.loads(out) if rc == 0 else {}
     check(got4.get("spans_nodes") is True and abs(got4.get("expert_node_load", 0) - want_node) <= 1e-12 * want_node,

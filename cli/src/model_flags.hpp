@@ -242,9 +242,9 @@ inline void add_physics_flags(CLI::App& sub, PhysicsFlags& f) {
       ->capture_default_str()
       ->group(group);
   sub.add_option("--expert-load", f.expert_load,
-                 "the busiest EP rank's expert load over the mean, as measured from your router (e.g. the tokens "
-                 "per expert Megatron logs), instead of --routing's model: its expert rows and what it receives "
-                 "are priced at it (memory stays at the mean load)")
+                 "the busiest EP rank's expert load over the mean, as measured from your router (hybrid-twin "
+                 "expert-load reads Megatron's tokens-per-expert logs into it), instead of --routing's model: its "
+                 "expert rows and what it receives are priced at it (memory stays at the mean load)")
       ->check(number_between(1, 1e6))
       ->group(group);
   sub.add_option("--expert-node-load", f.expert_node_load,

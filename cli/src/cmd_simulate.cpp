@@ -100,7 +100,8 @@ void print_run(const Setup& s, const Run& r, const TrainBudget& budget) {
       if (rdma && r.plan.expert_node_load_factor != r.plan.expert_load_factor) {
         std::ostringstream node;
         node << std::fixed << std::setprecision(3) << r.plan.expert_node_load_factor;
-        physics << ", its RDMA copies at the busiest node's " << node.str() << "x";
+        physics << ", its RDMA copies at the busiest node's " << (r.options.expert_node_load > 0 ? "given " : "")
+                << node.str() << "x";
       }
       physics << ")";
     }

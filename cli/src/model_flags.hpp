@@ -248,8 +248,8 @@ inline void add_physics_flags(CLI::App& sub, PhysicsFlags& f) {
       ->check(number_between(1, 1e6))
       ->group(group);
   sub.add_option("--expert-node-load", f.expert_node_load,
-                 "the busiest node's expert load over the mean (hybrid-twin expert-load measures both): DeepEP's "
-                 "and HybridEP's RDMA copies follow it; default --expert-load when given, else --routing's model")
+                 "the busiest node's expert load over the mean, with --expert-load and at most it (hybrid-twin "
+                 "expert-load measures both): DeepEP's and HybridEP's RDMA copies follow it; default: --expert-load")
       ->check(number_between(1, 1e6))
       ->group(group);
   sub.add_flag("--tp-comm-overlap", f.tp_comm_overlap,

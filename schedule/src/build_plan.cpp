@@ -1010,16 +1010,25 @@ Plan build_plan(const patterns::ParsedPattern& pattern, const ModelDims& dims,
     ctx.route.load_factor =
         given ? options.expert_load : expert_load_factor(dims, config.ep, ctx.shard, options.routing);
     // The EP ranks one node holds (Megatron's layout puts an EP group's members ETP apart), whose
-    // experts the node's NICs serve together. A given load stands for the node's as well: what a
-    // node pools depends on where the hot experts sit, which one figure does not say.
-    const std::vector<int> ep_group = group_members(config, 0, Group::Ep);
+    // experts the node's NICs serve together: the fewest a node holds of any EP group that spans
+    // nodes (the fewer pooled, the wider the node's spread). No group spanning nodes: no RDMA
+    // copies, the rank's factor stands. A given load stands for the node's as well unless the
+    // node's is given: what a node pools depends on where the hot experts sit.
     const int gpn = std::max(1, options.nvlink_domain);
-    const int on_node = static_cast<int>(
-        std::count_if(ep_group.begin(), ep_group.end(), [&](int r) { return r / gpn == ep_group.front() / gpn; }));
+    int fewest = 0;
+    for (int first = 0; first < config.global_ranks(); ++first) {
+      const std::vector<int> group = group_members(config, first, Group::Ep);
+      if (group.front() != first || group.front() / gpn == group.back() / gpn) continue;
+      std::map<int, int> per_node;
+      for (int r : group) ++per_node[r / gpn];
+      for (const auto& [node, members] : per_node) fewest = fewest == 0 ? members : std::min(fewest, members);
+    }
     const bool node_given = options.expert_node_load != 0 && config.ep > 1 && dims.num_experts > 0;
-    ctx.route.node_load_factor = node_given ? options.expert_node_load
-                                 : given    ? options.expert_load
-                                            : expert_load_factor(dims, config.ep, ctx.shard, options.routing, on_node);
+    ctx.route.node_load_factor =
+        node_given   ? options.expert_node_load
+        : given      ? options.expert_load
+        : fewest > 0 ? expert_load_factor(dims, config.ep, ctx.shard, options.routing, std::min(fewest, config.ep / 2))
+                     : ctx.route.load_factor;
   }
   const int chunks_per_rank = config.model_chunks();
   ctx.chunks.assign(static_cast<std::size_t>(config.pp),

@@ -379,6 +379,10 @@ void validate(const ScheduleOptions& o) {
                " must be >= 1 (the busiest node's load over the mean; 0 = as expert_load or the routing model's)");
   if (o.expert_node_load != 0 && o.routing_skew != 0)
     bad_config("expert_node_load and routing_skew both set the expert load across EP ranks; give one");
+  if (o.expert_node_load != 0 && o.expert_load == 0)
+    bad_config(
+        "expert_node_load needs expert_load: a node's load is the mean of its ranks', so give the busiest "
+        "rank's too (hybrid-twin expert-load measures both)");
   if (o.expert_node_load != 0 && o.expert_load != 0 && o.expert_node_load > o.expert_load)
     bad_config("expert_node_load = " + std::to_string(o.expert_node_load) + " is above expert_load = " +
                std::to_string(o.expert_load) + ": a node's load is the mean of its ranks', so never above the busiest");

@@ -121,6 +121,28 @@ TEST_CASE("a given expert load prices every EP rank's expert rows at that multip
   CHECK(node.expert_node_load_factor == 1.1);
 }
 
+TEST_CASE("the busiest node's load pools the fewest ranks a node holds of any EP group that spans nodes",
+          "[schedule][costs]") {
+  ScheduleOptions o = options(false, false);
+  o.routing = Routing::AuxLoss;
+  o.dispatcher = Dispatcher::DeepEP;
+  o.nvlink_domain = 8;
+  ModelDims d = tiny_model();
+  d.num_experts = 48;
+  d.top_k = 4;
+  // EP 12 on nodes of 8: a group's nodes hold 8 and 4 of its ranks; the 4 pool 16 of 48 experts.
+  const Plan uneven = make_plan("[*E]", parallel(12, 12, 2), o, d);
+  CHECK(uneven.expert_node_load_factor == expert_load_factor(d, 12, shard_of(parallel(12, 12, 2)), o.routing, 4));
+  CHECK(uneven.expert_node_load_factor > 1);
+  CHECK(uneven.expert_node_load_factor < uneven.expert_load_factor);
+  // EP 6 over 12 ranks: group 0 stays on node 0, group 1 (ranks 6-11) spans 2 + 4.
+  const Plan second = make_plan("[*E]", parallel(6, 12, 2), o, d);
+  CHECK(second.expert_node_load_factor == expert_load_factor(d, 6, shard_of(parallel(6, 12, 2)), o.routing, 2));
+  // EP 4 inside a node: no RDMA copies, the rank's factor stands.
+  const Plan inside = make_plan("[*E]", parallel(4, 4, 2), o, d);
+  CHECK(inside.expert_node_load_factor == inside.expert_load_factor);
+}
+
 TEST_CASE("attention flops: projections, the causal score/value term, RoPE, norm and residual",
           "[schedule][costs]") {
   // q = 4*16 = 64, kv = 2*16 = 32; keys = (32+1)/2.

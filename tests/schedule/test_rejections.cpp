@@ -133,6 +133,8 @@ TEST_CASE("bad sizes are rejected with their values", "[schedule][reject]") {
   ScheduleOptions node = options(false, false);
   node.expert_node_load = 0.5;
   require_rejected("[*E]", parallel(1, 1, 1), node, ErrorCode::BadConfig, "expert_node_load = 0.5");
+  node.expert_node_load = 1.1;
+  require_rejected("[*E]", parallel(1, 1, 1), node, ErrorCode::BadConfig, "expert_node_load needs expert_load");
   node.expert_node_load = 1.3;
   node.expert_load = 1.2;
   require_rejected("[*E]", parallel(1, 1, 1), node, ErrorCode::BadConfig, "never above the busiest");

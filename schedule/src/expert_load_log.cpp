@@ -2,7 +2,6 @@
 #include "ht/schedule/expert_load_log.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <cstdio>
 #include <map>
 #include <regex>

@@ -25,9 +25,10 @@
 #include "ht/schedule/build.hpp"
 #include "ht/schedule/config.hpp"
 #include "ht/sim/calibrate.hpp"
+#include "ht/sim/cost_model.hpp"
 #include "ht/sim/platform.hpp"
-#include "ht/traces/overlap.hpp"
 #include "ht/traces/chrome.hpp"
+#include "ht/traces/overlap.hpp"
 #endif
 
 namespace ht::cli {
@@ -40,6 +41,42 @@ struct CalibrateArgs {
   bool gpu = false, emulate = false;
   int repeats = 10;
 };
+
+#ifdef HT_CLI_ENGINE
+// The grouped GEMMs of a kernel table: TFLOP/s of each group, and (where the twin is built) the
+// measured time over the twin's rule for it on this table's own GEMM rates, which is the factor
+// `simulate --costs` applies (sim/cost_model.hpp, grouped_correction).
+void print_grouped(const engine::KernelTable& t, [[maybe_unused]] const nlohmann::json& costs) {
+  if (t.grouped_seconds.empty()) return;
+  std::cout << "grouped GEMM TE's loop (one cuBLASLt GEMM per expert, 4 streams): host " << std::fixed
+            << std::setprecision(1) << t.grouped_launch_s * 1e6 << " us per expert GEMM\n";
+#ifdef HT_CLI_SIM
+  sim::PlatformSpec platform = sim::preset("dgx-h100");
+  sim::apply_kernel_table(platform, sim::parse_costs_json(costs.dump()));
+  std::cout << "             TFLOP/s (measured over the twin's rule) by rows per expert:\n";
+#else
+  std::cout << "             TFLOP/s by rows per expert:\n";
+#endif
+  const std::size_t rows = t.grouped_rows.size(), shapes = t.grouped_shapes.size();
+  for (std::size_t is = 0; is < shapes; ++is)
+    for (std::size_t ie = 0; ie < t.grouped_experts.size(); ++ie) {
+      const auto [k, n] = t.grouped_shapes[is];
+      const int g = t.grouped_experts[ie];
+      std::cout << "  k " << k << " n " << n << ", " << g << " experts:";
+      for (std::size_t ir = 0; ir < rows; ++ir) {
+        const double m = t.grouped_rows[ir], seconds = t.grouped_seconds[(ie * rows + ir) * shapes + is];
+        std::cout << "  " << t.grouped_rows[ir] << " " << std::setprecision(1) << 2.0 * g * m * k * n / seconds / 1e12;
+#ifdef HT_CLI_SIM
+        const double bytes = 2.0 * (double(g) * k * n + g * m * (k + n));
+        std::cout << " (" << std::setprecision(2) << seconds / sim::gemm_seconds(m, n, k, g, bytes, platform.gpu)
+                  << ")";
+#endif
+      }
+      std::cout << "\n";
+    }
+  std::cout << std::defaultfloat;
+}
+#endif
 
 // --gpu: the kernel table of the local GPU (or of the host emulation) as a cost file.
 int run_gpu(const CalibrateArgs& a) {
@@ -57,8 +94,9 @@ int run_gpu(const CalibrateArgs& a) {
     }
   }
   io::log::Line("calibrate", false) << "calibrate --gpu: " << o.sizes.size() * o.sizes.size() * o.sizes.size()
-                                    << " BF16 GEMM shapes and HBM" << (a.emulate ? " on the host emulation" : "")
-                                    << "...";
+                                    << " BF16 GEMM shapes, HBM and "
+                                    << o.grouped_experts.size() * o.grouped_rows.size() * o.grouped_shapes.size()
+                                    << " grouped GEMMs" << (a.emulate ? " on the host emulation" : "") << "...";
   const engine::KernelTable t = engine::measure_kernel_table(o);
   nlohmann::json costs = {{"_comment", "written by `hybrid-twin calibrate --gpu`; read by `hybrid-twin simulate --costs`"},
                           {"kernel_table", engine::kernel_table_to_json(t)}};
@@ -74,6 +112,7 @@ int run_gpu(const CalibrateArgs& a) {
             << "BF16 GEMM    TFLOP/s of square shapes:";
   for (std::size_t i = 0; i < n; ++i) std::cout << " " << t.sizes[i] << "^3 " << std::setprecision(1) << rate(i, i, i);
   std::cout << std::defaultfloat << "\n";
+  print_grouped(t, costs);
   if (!a.output.empty())
     std::cout << "wrote " << a.output << "; price a what-if with it: hybrid-twin simulate ... --costs " << a.output << "\n";
   return 0;

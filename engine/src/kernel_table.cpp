@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 
 #include "ht/engine/cpu/gemm.hpp"
@@ -44,6 +45,25 @@ KernelTable measure_host(const KernelBenchOptions& o) {
   std::vector<char> from(std::size_t{64} << 20, 1), to(from.size());
   const double s = fastest_seconds(reps, [&] { std::memcpy(to.data(), from.data(), from.size()); });
   t.hbm_bytes_per_s = 2.0 * static_cast<double>(from.size()) / s;
+  // Grouped GEMMs: the experts' GEMMs one after the other, at 1/16 of each size, their time scaled
+  // to the full shape at the rate reached (as the GEMM table's rates are the shrunk GEMMs').
+  t.grouped_experts = o.grouped_experts;
+  t.grouped_rows = o.grouped_rows;
+  t.grouped_shapes = o.grouped_shapes;
+  for (int experts : o.grouped_experts)
+    for (int rows : o.grouped_rows)
+      for (const auto& [k, n] : o.grouped_shapes) {
+        const int sm = std::max(1, rows / kShrink), sn = std::max(1, n / kShrink), sk = std::max(1, k / kShrink);
+        std::vector<float> a(static_cast<std::size_t>(sm) * sk, 0.5f), b(static_cast<std::size_t>(sk) * sn, 0.25f),
+            c(static_cast<std::size_t>(sm) * sn);
+        const double shrunk = fastest_seconds(reps, [&] {
+          for (int e = 0; e < experts; ++e) cpu::matmul(c.data(), a.data(), b.data(), sm, sn, sk);
+        });
+        t.grouped_seconds.push_back(shrunk * (double(rows) * k * n) / (double(sm) * sk * sn));
+      }
+  // The host cost of one call: a 1 x 1 x 1 GEMM.
+  float one_a = 1, one_b = 1, one_c = 0;
+  t.grouped_launch_s = fastest_seconds(reps, [&] { cpu::matmul(&one_c, &one_a, &one_b, 1, 1, 1); });
   return t;
 }
 
@@ -52,6 +72,11 @@ KernelTable measure_host(const KernelBenchOptions& o) {
 KernelTable measure_kernel_table(const KernelBenchOptions& o) {
   if (o.sizes.empty() || !std::is_sorted(o.sizes.begin(), o.sizes.end()) || o.sizes.front() < 1)
     throw std::runtime_error("kernel table: the sizes must be ascending and positive");
+  auto ascending = [](const std::vector<int>& v) {
+    return !v.empty() && v.front() >= 1 && std::adjacent_find(v.begin(), v.end(), std::greater_equal<>()) == v.end();
+  };
+  if (!ascending(o.grouped_experts) || !ascending(o.grouped_rows) || o.grouped_shapes.empty())
+    throw std::runtime_error("kernel table: the grouped-GEMM experts and rows must be ascending and positive");
   return o.emulate ? measure_host(o) : cuda::measure_kernel_table_cuda(o);
 }
 
@@ -62,7 +87,13 @@ nlohmann::json kernel_table_to_json(const KernelTable& t) {
           {"memory_gb", t.memory_bytes / 1e9},
           {"sizes", t.sizes},
           {"gemm_bf16_tflops", t.gemm_bf16_tflops},
-          {"hbm_gbps", t.hbm_bytes_per_s / 1e9}};
+          {"hbm_gbps", t.hbm_bytes_per_s / 1e9},
+          {"grouped",
+           {{"experts", t.grouped_experts},
+            {"rows", t.grouped_rows},
+            {"shapes", t.grouped_shapes},
+            {"seconds", t.grouped_seconds}}},
+          {"grouped_launch_us", t.grouped_launch_s * 1e6}};
 }
 
 KernelTable kernel_table_from_json(const nlohmann::json& j) {
@@ -98,6 +129,45 @@ KernelTable kernel_table_from_json(const nlohmann::json& j) {
       j["hbm_gbps"].get<double>() > 1e6)
     fail("'hbm_gbps' must be a number in (0, 1000000]");
   t.hbm_bytes_per_s = j["hbm_gbps"].get<double>() * 1e9;
+  if (j.contains("grouped")) {
+    const auto& g = j["grouped"];
+    if (!g.is_object()) fail("'grouped' must be an object {experts, rows, shapes, seconds}");
+    auto ascending = [&](const char* name, std::vector<int>& into) {
+      if (!g.contains(name) || !g[name].is_array() || g[name].empty() || g[name].size() > 16)
+        fail(std::string("'grouped.") + name + "' must be an array of 1 to 16 ascending integers");
+      for (const auto& v : g[name]) {
+        if (!v.is_number_integer() || v.get<long long>() < 1 || v.get<long long>() > (1 << 20) ||
+            (!into.empty() && v.get<int>() <= into.back()))
+          fail(std::string("'grouped.") + name + "' must be an array of 1 to 16 ascending integers");
+        into.push_back(v.get<int>());
+      }
+    };
+    ascending("experts", t.grouped_experts);
+    ascending("rows", t.grouped_rows);
+    if (!g.contains("shapes") || !g["shapes"].is_array() || g["shapes"].empty() || g["shapes"].size() > 16)
+      fail("'grouped.shapes' must be an array of 1 to 16 [k, n] pairs");
+    for (const auto& v : g["shapes"]) {
+      if (!v.is_array() || v.size() != 2 || !v[0].is_number_integer() || !v[1].is_number_integer() ||
+          v[0].get<long long>() < 1 || v[1].get<long long>() < 1 || v[0].get<long long>() > (1 << 20) ||
+          v[1].get<long long>() > (1 << 20))
+        fail("'grouped.shapes' must be an array of 1 to 16 [k, n] pairs");
+      t.grouped_shapes.emplace_back(v[0].get<int>(), v[1].get<int>());
+    }
+    const std::size_t cells = t.grouped_experts.size() * t.grouped_rows.size() * t.grouped_shapes.size();
+    if (!g.contains("seconds") || !g["seconds"].is_array() || g["seconds"].size() != cells)
+      fail("'grouped.seconds' must hold experts x rows x shapes = " + std::to_string(cells) + " numbers");
+    for (const auto& v : g["seconds"]) {
+      if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0 || v.get<double>() > 1e3)
+        fail("every grouped GEMM time must be a number in (0, 1000] seconds");
+      t.grouped_seconds.push_back(v.get<double>());
+    }
+  }
+  if (j.contains("grouped_launch_us")) {
+    if (!j["grouped_launch_us"].is_number() || !(j["grouped_launch_us"].get<double>() >= 0) ||
+        j["grouped_launch_us"].get<double>() > 1e6)
+      fail("'grouped_launch_us' must be a number in [0, 1000000]");
+    t.grouped_launch_s = j["grouped_launch_us"].get<double>() * 1e-6;
+  }
   if (j.contains("sms") && j["sms"].is_number_integer()) t.sms = j["sms"].get<int>();
   if (j.contains("memory_gb") && j["memory_gb"].is_number()) t.memory_bytes = j["memory_gb"].get<double>() * 1e9;
   return t;

@@ -168,6 +168,43 @@ void set_cost_key(CostModel& model, std::string_view key, std::string_view value
          "wake_latency_us)");
 }
 
+namespace {
+
+// A kernel table's grouped-GEMM grid (kernel_table.hpp): experts x rows x shapes seconds.
+void parse_grouped(const nlohmann::json& g, MeasuredKernels& k) {
+  if (!g.is_object()) fail("'kernel_table.grouped' must be an object {experts, rows, shapes, seconds}");
+  auto ascending = [&](const char* name, std::vector<double>& into) {
+    const std::string field = std::string("kernel_table.grouped.") + name;
+    if (!g.contains(name) || !g[name].is_array() || g[name].empty() || g[name].size() > 16)
+      fail("'" + field + "' must be an array of 1 to 16 ascending numbers");
+    for (const auto& v : g[name]) {
+      const double x = checked(field, number_field(v, field), 1);
+      if (!into.empty() && x <= into.back()) fail("'" + field + "' must be strictly ascending");
+      into.push_back(x);
+    }
+  };
+  ascending("experts", k.grouped_experts);
+  ascending("rows", k.grouped_rows);
+  if (!g.contains("shapes") || !g["shapes"].is_array() || g["shapes"].empty() || g["shapes"].size() > 16)
+    fail("'kernel_table.grouped.shapes' must be an array of 1 to 16 [k, n] pairs");
+  for (const auto& v : g["shapes"]) {
+    if (!v.is_array() || v.size() != 2) fail("'kernel_table.grouped.shapes' must be an array of 1 to 16 [k, n] pairs");
+    k.grouped_shapes.emplace_back(
+        checked("kernel_table.grouped.shapes", number_field(v[0], "kernel_table.grouped.shapes"), 1),
+        checked("kernel_table.grouped.shapes", number_field(v[1], "kernel_table.grouped.shapes"), 1));
+  }
+  const std::size_t cells = k.grouped_experts.size() * k.grouped_rows.size() * k.grouped_shapes.size();
+  if (!g.contains("seconds") || !g["seconds"].is_array() || g["seconds"].size() != cells)
+    fail("'kernel_table.grouped.seconds' must hold experts x rows x shapes = " + std::to_string(cells) + " numbers");
+  for (const auto& v : g["seconds"]) {
+    const double x = checked("kernel_table.grouped.seconds", number_field(v, "kernel_table.grouped.seconds"), 0);
+    if (!(x > 0)) fail("'kernel_table.grouped.seconds' holds a time that is not positive");
+    k.grouped_seconds.push_back(x);
+  }
+}
+
+}  // namespace
+
 CostModel parse_costs_json(std::string_view json_text, CostModel base) {
   nlohmann::json j;
   try {
@@ -242,6 +279,14 @@ CostModel parse_costs_json(std::string_view json_text, CostModel base) {
       if (!value.contains("hbm_gbps")) fail("'kernel_table.hbm_gbps' is missing");
       k.hbm_bytes_per_s = checked("kernel_table.hbm_gbps", number_field(value["hbm_gbps"], "kernel_table.hbm_gbps"), 0) * 1e9;
       if (!(k.hbm_bytes_per_s > 0)) fail("'kernel_table.hbm_gbps' must be positive");
+      if (value.contains("grouped")) parse_grouped(value["grouped"], k);
+      if (value.contains("grouped_launch_us")) {
+        k.grouped_launch_s = checked("kernel_table.grouped_launch_us",
+                                     number_field(value["grouped_launch_us"], "kernel_table.grouped_launch_us"), 0) *
+                             1e-6;
+        // The GPU's own measure of TE's loop, unless the file sets grouped_launch_us itself.
+        if (k.grouped_launch_s > 0 && !j.contains("grouped_launch_us")) base.grouped_launch_s = k.grouped_launch_s;
+      }
       base.kernels = std::make_shared<const MeasuredKernels>(std::move(k));
     } else if (key == "instances") {
       if (!value.is_object()) fail("'instances' must map \"<rank>/<node label>\" to {rows, sent_bytes}");

@@ -148,6 +148,52 @@ double gemm_seconds(double m, double n, double k, double groups, double bytes, c
   return std::max(seconds, memory_seconds(bytes, gpu));
 }
 
+namespace {
+
+// Where x sits on an ascending axis: the cell's lower index and the fraction to the next, in log2,
+// clamped to the axis (one point: index 0, fraction 0).
+void locate(const std::vector<double>& axis, double x, std::size_t& lo, double& frac) {
+  lo = 0;
+  frac = 0;
+  if (axis.size() < 2) return;
+  const double at = std::clamp(x, axis.front(), axis.back());
+  while (lo + 2 < axis.size() && at >= axis[lo + 1]) ++lo;
+  frac = std::clamp(std::log2(at / axis[lo]) / std::log2(axis[lo + 1] / axis[lo]), 0.0, 1.0);
+}
+
+}  // namespace
+
+double grouped_correction(double rows, double groups, double k, double n, const GpuSpec& gpu) {
+  if (!gpu.measured || gpu.measured->grouped_seconds.empty() || groups <= 1 || rows <= 0 || k <= 0 || n <= 0) return 1;
+  const MeasuredKernels& t = *gpu.measured;
+  // The measured (k, n) nearest the kernel's in log2.
+  std::size_t shape = 0;
+  double nearest = 1e300;
+  for (std::size_t i = 0; i < t.grouped_shapes.size(); ++i) {
+    const double dk = std::log2(k / t.grouped_shapes[i].first), dn = std::log2(n / t.grouped_shapes[i].second);
+    if (dk * dk + dn * dn < nearest) {
+      nearest = dk * dk + dn * dn;
+      shape = i;
+    }
+  }
+  const auto [mk, mn] = t.grouped_shapes[shape];
+  // Measured over this model's rule (gemm_seconds on the same table) at one grid point.
+  auto ratio = [&](std::size_t ie, std::size_t ir) {
+    const double g = t.grouped_experts[ie], m = t.grouped_rows[ir];
+    const double bytes = 2 * (g * mk * mn + g * m * (mk + mn));
+    const double rule = gemm_seconds(m, mn, mk, g, bytes, gpu, false);
+    return t.grouped_seconds[(ie * t.grouped_rows.size() + ir) * t.grouped_shapes.size() + shape] / rule;
+  };
+  std::size_t e0 = 0, r0 = 0;
+  double fe = 0, fr = 0;
+  locate(t.grouped_experts, groups, e0, fe);
+  locate(t.grouped_rows, rows, r0, fr);
+  const std::size_t e1 = std::min(e0 + 1, t.grouped_experts.size() - 1),
+                    r1 = std::min(r0 + 1, t.grouped_rows.size() - 1);
+  return (1 - fe) * ((1 - fr) * ratio(e0, r0) + fr * ratio(e0, r1)) +
+         fe * ((1 - fr) * ratio(e1, r0) + fr * ratio(e1, r1));
+}
+
 double delta_rule_rate(double chains, const GpuSpec& gpu) {
   // FLA's Triton forward on an H100 (flashinfer PRs 3866 and 3788, d = 128, FLOPs counted as
   // 6 N Hv dk dv): 8 chains 26.4 TFLOP/s (1 x 65536 tokens, 1.954 ms), 64 chains 47.6 (the slope
@@ -186,9 +232,13 @@ double kernel_seconds(const Kernel& kn, Phase phase, bool delay_wgrad, const Gpu
       // Forward (m x k)(k x n); data gradient (m x n)(n x k); weight gradient (k x m)(m x n), per group.
       // FP8 moves one byte an element where BF16 moves two.
       const double bytes = kn.fp8 ? kn.bytes / 2 : kn.bytes;
-      const double forward = gemm_seconds(kn.m, kn.n, kn.k, kn.groups, bytes, gpu, kn.fp8);
-      const double dgrad = gemm_seconds(kn.m, kn.k, kn.n, kn.groups, bytes, gpu, kn.fp8);
-      const double wgrad = gemm_seconds(kn.k, kn.n, kn.m, kn.groups, wgrad_bytes(kn, bytes), gpu, kn.fp8);
+      // A measured table's grouped GEMMs correct the rule by what the GPU did at the measured
+      // forward shapes; the data and weight gradients take the same ratio.
+      const double measured =
+          kn.kind == KernelKind::GroupedGemm ? grouped_correction(kn.m, kn.groups, kn.k, kn.n, gpu) : 1;
+      const double forward = measured * gemm_seconds(kn.m, kn.n, kn.k, kn.groups, bytes, gpu, kn.fp8);
+      const double dgrad = measured * gemm_seconds(kn.m, kn.k, kn.n, kn.groups, bytes, gpu, kn.fp8);
+      const double wgrad = measured * gemm_seconds(kn.k, kn.n, kn.m, kn.groups, wgrad_bytes(kn, bytes), gpu, kn.fp8);
       if (phase == Phase::Weight) return wgrad;
       if (!backward) return forward;
       return dgrad + (delay_wgrad && kn.delayable ? 0.0 : wgrad);

@@ -382,6 +382,20 @@ CASES = [
     ("costs-kernel-table-descending", 10, 2, ["simulate", "--pattern", "M*E", "--costs", "c.json"], "strictly ascending",
      files(**{"c.json": '{"kernel_table": {"sizes": [512, 256], "gemm_bf16_tflops": [1,1,1,1,1,1,1,1], "hbm_gbps": 3000}}'}),
      None),
+    ("costs-kernel-table-grouped-short", 10, 2, ["simulate", "--pattern", "M*E", "--costs", "c.json"],
+     "experts x rows x shapes = 4 numbers",
+     files(**{"c.json": '{"kernel_table": {"sizes": [256, 512], "gemm_bf16_tflops": [1,1,1,1,1,1,1,1], "hbm_gbps": 3000,'
+                        ' "grouped": {"experts": [4, 8], "rows": [128, 512], "shapes": [[4096, 3072]], "seconds": [1, 1]}}}'}),
+     None),
+    ("costs-kernel-table-grouped-shape", 10, 2, ["simulate", "--pattern", "M*E", "--costs", "c.json"], "[k, n] pairs",
+     files(**{"c.json": '{"kernel_table": {"sizes": [256, 512], "gemm_bf16_tflops": [1,1,1,1,1,1,1,1], "hbm_gbps": 3000,'
+                        ' "grouped": {"experts": [4], "rows": [128], "shapes": [4096], "seconds": [1]}}}'}),
+     None),
+    ("costs-kernel-table-grouped-launch", 10, 2, ["simulate", "--pattern", "M*E", "--costs", "c.json"],
+     "grouped_launch_us",
+     files(**{"c.json": '{"kernel_table": {"sizes": [256, 512], "gemm_bf16_tflops": [1,1,1,1,1,1,1,1], "hbm_gbps": 3000,'
+                        ' "grouped_launch_us": -3}}'}),
+     None),
     ("calibrate-gpu-with-a-trace", 10, 2, ["calibrate", "--gpu", "--trace", "t.json"], "takes no trace", None, None),
     ("calibrate-emulate-alone", 10, 2, ["calibrate", "--emulate"], "--emulate goes with --gpu", None, None),
     ("platform-slow-gpu-spread", 10, 2, ["simulate", "--pattern", "M*E", "--platform", "dgx-h100:slow_gpu_spread=0.9"],

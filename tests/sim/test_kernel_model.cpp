@@ -96,6 +96,79 @@ TEST_CASE("a measured kernel table prices GEMMs at its own rates and memory at i
       "hbm_gbps": 2000}})"), Catch::Contains("sizes^3 = 8 numbers"));
 }
 
+TEST_CASE("a measured table's grouped GEMMs price the experts at what the GPU did", "[sim][kernels]") {
+  // The GEMM rates of the table above; the grouped grid's times are written as multiples of the
+  // twin's rule on that table (one GEMM per expert, up to 4 side by side), so the closed form of
+  // every price is the multiple times the rule.
+  std::string rates;
+  for (int i = 0; i < 8; ++i) rates += (i ? ", " : "") + std::to_string(100 + i);
+  const std::string table =
+      R"("device": "test", "sizes": [512, 2048], "gemm_bf16_tflops": [)" + rates + R"(], "hbm_gbps": 2000)";
+  PlatformSpec plain = preset("dgx-h100");
+  apply_kernel_table(plain, parse_costs_json("{\"kernel_table\": {" + table + "}}"));
+  const auto rule = [&](double m, double g, double k, double n) {
+    return gemm_seconds(m, n, k, g, 2 * (g * k * n + g * m * (k + n)), plain.gpu);
+  };
+  // experts [4, 16], rows [256, 1024], shapes (k, n) [(2048, 1024), (512, 2048)]: shape 0 at twice
+  // the rule, except 4 experts x 1024 rows at four times; shape 1 at three times.
+  const double experts[] = {4, 16}, rows[] = {256, 1024};
+  const std::pair<double, double> shapes[] = {{2048, 1024}, {512, 2048}};
+  std::ostringstream seconds;
+  seconds.precision(17);
+  for (int ie = 0; ie < 2; ++ie)
+    for (int ir = 0; ir < 2; ++ir)
+      for (int is = 0; is < 2; ++is) {
+        const double times = is == 1 ? 3 : (ie == 0 && ir == 1 ? 4 : 2);
+        seconds << (ie + ir + is ? ", " : "")
+                << times * rule(rows[ir], experts[ie], shapes[is].first, shapes[is].second);
+      }
+  const std::string grouped =
+      R"(, "grouped": {"experts": [4, 16], "rows": [256, 1024], "shapes": [[2048, 1024], [512, 2048]],
+      "seconds": [)" +
+      seconds.str() + R"(]}, "grouped_launch_us": 25)";
+  const CostModel costs = parse_costs_json("{\"kernel_table\": {" + table + grouped + "}}");
+  PlatformSpec p = preset("dgx-h100");
+  apply_kernel_table(p, costs);
+  const auto expert_gemm = [](double m, double g, double k, double n) {
+    return Kernel{KernelKind::GroupedGemm, true, m, n, k, g, 2 * g * m * n * k, 2 * (g * k * n + g * m * (k + n))};
+  };
+  // On a grid point: the measured time itself.
+  CHECK(kernel_seconds(expert_gemm(256, 4, 2048, 1024), Phase::Forward, false, p.gpu) ==
+        Approx(2 * rule(256, 4, 2048, 1024)));
+  CHECK(kernel_seconds(expert_gemm(1024, 4, 2048, 1024), Phase::Forward, false, p.gpu) ==
+        Approx(4 * rule(1024, 4, 2048, 1024)));
+  // 512 rows, half way in log2 between 256 and 1024 at 4 experts: the ratio half way, 3.
+  CHECK(kernel_seconds(expert_gemm(512, 4, 2048, 1024), Phase::Forward, false, p.gpu) ==
+        Approx(3 * rule(512, 4, 2048, 1024)));
+  // Off the grid (8 experts, beyond the rows, a shape near (2048, 1024)): 16 experts' 2 and 4
+  // experts' 4 (clamped at 1024 rows) half way in log2 of the experts, 3; the backward's data and
+  // weight gradients take the same factor.
+  const Kernel near0 = expert_gemm(4096, 8, 1800, 1100);
+  const Kernel bare0{KernelKind::Gemm, true, 4096, 1100, 1800, 8, near0.flops, near0.bytes};
+  CHECK(kernel_seconds(near0, Phase::Forward, false, p.gpu) ==
+        Approx(3 * kernel_seconds(bare0, Phase::Forward, false, p.gpu)));
+  CHECK(kernel_seconds(near0, Phase::Backward, false, p.gpu) ==
+        Approx(3 * kernel_seconds(bare0, Phase::Backward, false, p.gpu)));
+  // A shape nearer (512, 2048) takes its 3 everywhere.
+  const Kernel near1 = expert_gemm(700, 10, 600, 2500);
+  const Kernel bare1{KernelKind::Gemm, true, 700, 2500, 600, 10, near1.flops, near1.bytes};
+  CHECK(kernel_seconds(near1, Phase::Weight, true, p.gpu) ==
+        Approx(3 * kernel_seconds(bare1, Phase::Weight, true, p.gpu)));
+  // One expert on the rank is one GEMM: the GEMM table's, no correction.
+  CHECK(grouped_correction(256, 1, 2048, 1024, p.gpu) == 1);
+  CHECK(grouped_correction(256, 4, 2048, 1024, plain.gpu) == 1);
+  // The table's measure of TE's host loop prices the expert launches, unless the file sets its own.
+  CHECK(costs.grouped_launch_s == Approx(25e-6));
+  CHECK(parse_costs_json("{\"grouped_launch_us\": 40, \"kernel_table\": {" + table + grouped + "}}").grouped_launch_s ==
+        Approx(40e-6));
+  // A grid with a time missing is refused, naming the field.
+  CHECK_THROWS_WITH(
+      parse_costs_json(
+          "{\"kernel_table\": {" + table +
+          R"(, "grouped": {"experts": [4, 16], "rows": [256, 1024], "shapes": [[2048, 1024]], "seconds": [1, 2, 3]}}})"),
+      Catch::Contains("experts x rows x shapes = 4 numbers"));
+}
+
 TEST_CASE("a grouped GEMM runs one GEMM per expert, up to four side by side while their tiles fit",
           "[sim][kernels]") {
   const GpuSpec h100 = preset("dgx-h100").gpu;

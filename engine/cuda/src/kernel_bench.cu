@@ -1,16 +1,22 @@
-// The GPU side of the kernel table (kernel_table.hpp): cuBLAS BF16 GEMMs on the grid and a
-// streaming copy kernel, timed with CUDA events on one stream of GPU 0.
+// The GPU side of the kernel table (kernel_table.hpp): cuBLAS BF16 GEMMs on the grid, a
+// streaming copy kernel, and grouped GEMMs the way Transformer Engine's GroupedLinear issues them,
+// timed with CUDA events on GPU 0.
+#include <cublasLt.h>
+#include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
-#include <cublas_v2.h>
 
 #include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
+#include "entry_points.hpp"
 #include "ht/engine/cuda_probe.hpp"
 #include "ht/engine/kernel_table.hpp"
-#include "entry_points.hpp"
 
 namespace ht::engine::cuda {
 namespace {
@@ -57,6 +63,103 @@ double fastest(cudaStream_t stream, int repeats, F&& run) {
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   return std::max(1e-9, double(best) * 1e-3);
+}
+
+// Streams TE's multi-stream GEMM loop spreads a grouped GEMM over (transformer_engine/common/
+// util/multi_stream.cpp), and the cuBLAS workspace it gives each (32 MiB on Hopper).
+constexpr int kGroupedStreams = 4;
+constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
+
+// One expert's forward GEMM of a grouped linear, set up on the host as TE's loop sets up every GEMM
+// (transformer_engine/common/gemm/cublaslt_gemm.cu): a matmul descriptor, layouts, a preference,
+// a heuristic query, the launch, everything destroyed again. y (rows x n) = x (rows x k) w^T with
+// w (n x k) row-major, as column-major cuBLASLt: TN, m' = n, n' = rows.
+void lt_gemm(cublasLtHandle_t lt, const void* w, const void* x, void* y, int rows, int k, int n, void* workspace,
+             cudaStream_t stream) {
+  cublasLtMatmulDesc_t op = nullptr;
+  check(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "TRANSA");
+  check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "TRANSB");
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  check(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, k, n, k), "cublasLtMatrixLayoutCreate");
+  check(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, k, rows, k), "cublasLtMatrixLayoutCreate");
+  check(cublasLtMatrixLayoutCreate(&c, CUDA_R_16BF, n, rows, n), "cublasLtMatrixLayoutCreate");
+  cublasLtMatmulPreference_t pref = nullptr;
+  check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+  const std::uint64_t bytes = kWorkspaceBytes;
+  check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &bytes, sizeof bytes),
+        "MAX_WORKSPACE_BYTES");
+  cublasLtMatmulHeuristicResult_t found{};
+  int count = 0;
+  check(cublasLtMatmulAlgoGetHeuristic(lt, op, a, b, c, c, pref, 1, &found, &count), "cublasLtMatmulAlgoGetHeuristic");
+  if (count == 0) throw std::runtime_error("cuBLASLt has no algorithm for a grouped GEMM shape");
+  const float alpha = 1, beta = 0;
+  check(cublasLtMatmul(lt, op, &alpha, w, a, x, b, &beta, y, c, y, c, &found.algo, workspace, kWorkspaceBytes, stream),
+        "cublasLtMatmul (bf16)");
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(c);
+  cublasLtMatrixLayoutDestroy(b);
+  cublasLtMatrixLayoutDestroy(a);
+  cublasLtMatmulDescDestroy(op);
+}
+
+// The grouped-GEMM grid (kernel_table.hpp): for each point the fastest GPU time of the whole group
+// (events on the calling stream around the fork to 4 streams and the join), and the host time of
+// issuing it per expert GEMM; the table keeps the median host figure over the grid.
+void measure_grouped(KernelTable& t, const KernelBenchOptions& o, cudaStream_t main) {
+  int max_k = 0, max_n = 0;
+  for (const auto& [k, n] : o.grouped_shapes) {
+    max_k = std::max(max_k, k);
+    max_n = std::max(max_n, n);
+  }
+  const std::size_t experts = static_cast<std::size_t>(o.grouped_experts.back());
+  const std::size_t rows = static_cast<std::size_t>(o.grouped_rows.back());
+  const std::size_t x_elems = rows * std::size_t(max_k), w_elems = std::size_t(max_n) * max_k,
+                    y_elems = rows * std::size_t(max_n);
+  Device x(experts * x_elems * sizeof(__nv_bfloat16)), w(experts * w_elems * sizeof(__nv_bfloat16)),
+      y(experts * y_elems * sizeof(__nv_bfloat16)), workspace(kGroupedStreams * kWorkspaceBytes);
+  check(cudaMemset(x.p, 0, experts * x_elems * sizeof(__nv_bfloat16)), "cudaMemset");
+  check(cudaMemset(w.p, 0, experts * w_elems * sizeof(__nv_bfloat16)), "cudaMemset");
+  cublasLtHandle_t lt = nullptr;
+  check(cublasLtCreate(&lt), "cublasLtCreate");
+  std::array<cudaStream_t, kGroupedStreams> side{};
+  std::array<cudaEvent_t, kGroupedStreams + 1> fork_join{};
+  for (auto& s : side) check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  for (auto& e : fork_join) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  auto bf16_at = [](void* base, std::size_t elems) { return static_cast<__nv_bfloat16*>(base) + elems; };
+  std::vector<double> host_per_gemm;
+  for (int g : o.grouped_experts)
+    for (int m : o.grouped_rows)
+      for (const auto& shape : o.grouped_shapes) {
+        const int k = shape.first, n = shape.second;
+        double host = 1e30;
+        auto run = [&] {
+          const auto t0 = std::chrono::steady_clock::now();
+          check(cudaEventRecord(fork_join[0], main), "cudaEventRecord");
+          for (auto& s : side) check(cudaStreamWaitEvent(s, fork_join[0], 0), "cudaStreamWaitEvent");
+          for (int e = 0; e < g; ++e)
+            lt_gemm(lt, bf16_at(w.p, e * w_elems), bf16_at(x.p, e * x_elems), bf16_at(y.p, e * y_elems), m, k, n,
+                    static_cast<char*>(workspace.p) + (e % kGroupedStreams) * kWorkspaceBytes,
+                    side[static_cast<std::size_t>(e % kGroupedStreams)]);
+          for (int s = 0; s < kGroupedStreams; ++s) {
+            check(cudaEventRecord(fork_join[static_cast<std::size_t>(s) + 1], side[static_cast<std::size_t>(s)]),
+                  "cudaEventRecord");
+            check(cudaStreamWaitEvent(main, fork_join[static_cast<std::size_t>(s) + 1], 0), "cudaStreamWaitEvent");
+          }
+          host = std::min(host, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        };
+        t.grouped_seconds.push_back(fastest(main, o.repeats, run));
+        host_per_gemm.push_back(host / g);
+      }
+  std::sort(host_per_gemm.begin(), host_per_gemm.end());
+  t.grouped_launch_s = host_per_gemm[host_per_gemm.size() / 2];
+  t.grouped_experts = o.grouped_experts;
+  t.grouped_rows = o.grouped_rows;
+  t.grouped_shapes = o.grouped_shapes;
+  for (auto& e : fork_join) cudaEventDestroy(e);
+  for (auto& s : side) cudaStreamDestroy(s);
+  cublasLtDestroy(lt);
 }
 
 }  // namespace
@@ -106,6 +209,7 @@ KernelTable measure_kernel_table_cuda(const KernelBenchOptions& o) {
     check(cudaGetLastError(), "copy kernel");
   });
   t.hbm_bytes_per_s = 2.0 * double(bytes) / s;
+  measure_grouped(t, o, stream);
   cublasDestroy(blas);
   cudaStreamDestroy(stream);
   return t;

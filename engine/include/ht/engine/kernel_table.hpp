@@ -5,14 +5,24 @@
 //    (the grid of the twin's built-in sm_90 table, so the measured one replaces it shape for
 //    shape), TFLOP/s of the fastest of `repeats` timed runs after a warm-up;
 //  - HBM bandwidth: a streaming copy kernel over buffers far larger than L2 (bytes read + written);
+//  - grouped GEMMs as Transformer Engine's GroupedLinear runs them on Hopper in BF16: one cuBLASLt
+//    GEMM per expert, round-robin over 4 streams (TE common/util/multi_stream.cpp), each set up on
+//    the host as TE's loop does (matmul and layout descriptors, a heuristic query, the launch, the
+//    descriptors destroyed), on a grid of experts x rows per expert x (k, n) shapes of real MoE
+//    layers: the GPU time of the whole group (the fastest of `repeats`), and the host time the
+//    loop takes per expert GEMM (the twin's `grouped_launch_us`: the longer of the two is what a
+//    grouped GEMM costs when the host cannot run ahead);
 //  - the device's name, SM count and memory.
 // The host emulation runs the same sequence on the CPU (float32 GEMMs with every size divided by
-// 16, a memcpy for the bandwidth) so that the program and the file are tested without a GPU; its
-// figures describe the CPU and the file says so ("emulated": true).
-// Not measured yet: attention, scans, NCCL collectives inside the node (need two or more GPUs).
+// 16, a memcpy for the bandwidth, the experts' GEMMs one after the other) so that the program and
+// the file are tested without a GPU; its figures describe the CPU and the file says so
+// ("emulated": true).
+// Not measured yet: attention (the engine has no FlashAttention or cuDNN kernel to time), scans,
+// NCCL collectives inside the node (need two or more GPUs).
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -27,12 +37,25 @@ struct KernelTable {
   std::vector<int> sizes;                // the grid, ascending
   std::vector<double> gemm_bf16_tflops;  // sizes^3 entries, index (im * n + in) * n + ik
   double hbm_bytes_per_s = 0;            // achieved by the copy kernel
+  // Grouped GEMMs: seconds of the whole group, index (ie * rows.size() + ir) * shapes.size() + is,
+  // the forward (rows x k)(k x n) of every expert; empty when not measured.
+  std::vector<int> grouped_experts;                 // ascending
+  std::vector<int> grouped_rows;                    // rows per expert, ascending
+  std::vector<std::pair<int, int>> grouped_shapes;  // (k, n)
+  std::vector<double> grouped_seconds;
+  double grouped_launch_s = 0;  // host seconds per expert GEMM of TE's loop; 0 = not measured
 };
 
 struct KernelBenchOptions {
   bool emulate = false;  // the host emulation instead of the GPU
   int repeats = 10;
   std::vector<int> sizes{256, 512, 1024, 2048, 4096};
+  // The grouped-GEMM grid: experts on the rank, rows per expert, and (k, n) of Qwen3-235B-A22B's
+  // (hidden 4096, expert FFN 1536) and Qwen3-30B-A3B's (2048, 768) expert fc1 (gate and up) and
+  // fc2, from their Hugging Face configs.
+  std::vector<int> grouped_experts{4, 8, 16, 32};
+  std::vector<int> grouped_rows{128, 512, 2048};
+  std::vector<std::pair<int, int>> grouped_shapes{{4096, 3072}, {1536, 4096}, {2048, 1536}, {768, 2048}};
 };
 
 // On GPU 0 (throws std::runtime_error without a usable GPU or without the CUDA backend), or the

@@ -136,6 +136,10 @@ double speed_beside_comm(const CostModel& costs, const PlatformSpec& platform, d
 // With fp8: the same shape curve at the GPU's FP8 peak and best FP8 fraction.
 double gemm_rate(double m, double n, double k, const GpuSpec& gpu, bool fp8 = false);
 double gemm_seconds(double m, double n, double k, double groups, double bytes, const GpuSpec& gpu, bool fp8 = false);
+// A measured table's correction of the grouped-GEMM rule (1 without measured grouped GEMMs or for
+// one group): measured seconds over gemm_seconds' at the grid points of the measured (k, n)
+// nearest (k, n) in log2, bilinear in log2 of rows per expert and of experts, clamped to the grid.
+double grouped_correction(double rows, double groups, double k, double n, const GpuSpec& gpu);
 double attention_efficiency(double seq, double head_dim, bool backward, const GpuSpec& gpu);
 // GDN's chunked gated delta rule (FLA's Triton kernels, which Megatron runs), measured on an H100
 // with d = 128 (flashinfer PRs 3866 and 3788; FLOPs as 6 N Hv dk dv): 26.4 TFLOP/s with 8

@@ -61,6 +61,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace ht::sim {
@@ -74,6 +75,14 @@ struct MeasuredKernels {
   std::vector<double> sizes;
   std::vector<double> gemm_bf16_tflops;  // index (im * n + in) * n + ik
   double hbm_bytes_per_s = 0;
+  // Grouped GEMMs as Transformer Engine issues them (one GEMM per expert on 4 streams): seconds of
+  // the whole group's forward, index (ie * rows.size() + ir) * shapes.size() + is; empty when the
+  // table has none. The twin prices a grouped GEMM at its own rule times the measured time over
+  // that rule's time at the measured points (kernel_time.cpp, grouped_correction).
+  std::vector<double> grouped_experts, grouped_rows;      // ascending
+  std::vector<std::pair<double, double>> grouped_shapes;  // (k, n)
+  std::vector<double> grouped_seconds;
+  double grouped_launch_s = 0;  // host seconds per expert GEMM of TE's loop; 0 = not measured
   bool operator==(const MeasuredKernels&) const = default;
 };
 

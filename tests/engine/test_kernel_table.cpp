@@ -1,0 +1,47 @@
+// The kernel table of `calibrate --gpu` (engine/kernel_table.hpp) on its host emulation: every
+// grid the options ask for is measured, and the cost-file form reads back to the same table;
+// a grouped grid of the wrong size or a negative launch time is refused, naming the field.
+#include <catch2/catch.hpp>
+
+#include "ht/engine/kernel_table.hpp"
+
+using namespace ht::engine;
+
+TEST_CASE("the emulated kernel table measures every grid point and round-trips through its JSON",
+          "[engine][calibrate]") {
+  KernelBenchOptions o;
+  o.emulate = true;
+  o.repeats = 1;
+  o.sizes = {64, 128};
+  o.grouped_experts = {2, 4};
+  o.grouped_rows = {64, 256, 512};
+  o.grouped_shapes = {{256, 512}, {128, 256}};
+  const KernelTable t = measure_kernel_table(o);
+  CHECK(t.emulated);
+  CHECK(t.gemm_bf16_tflops.size() == 8);
+  REQUIRE(t.grouped_seconds.size() == 2 * 3 * 2);
+  for (double s : t.grouped_seconds) CHECK(s > 0);
+  CHECK(t.grouped_launch_s > 0);
+  CHECK(t.grouped_rows == o.grouped_rows);
+  CHECK(t.grouped_shapes == o.grouped_shapes);
+  const KernelTable back = kernel_table_from_json(kernel_table_to_json(t));
+  CHECK(back.grouped_experts == t.grouped_experts);
+  CHECK(back.grouped_rows == t.grouped_rows);
+  CHECK(back.grouped_shapes == t.grouped_shapes);
+  CHECK(back.grouped_seconds == t.grouped_seconds);
+  CHECK(back.grouped_launch_s == Approx(t.grouped_launch_s));
+  CHECK(back.gemm_bf16_tflops == t.gemm_bf16_tflops);
+
+  nlohmann::json j = kernel_table_to_json(t);
+  j["grouped"]["seconds"].erase(0);
+  CHECK_THROWS_WITH(kernel_table_from_json(j), Catch::Contains("experts x rows x shapes = 12 numbers"));
+  j = kernel_table_to_json(t);
+  j["grouped"]["rows"] = {256, 64, 512};
+  CHECK_THROWS_WITH(kernel_table_from_json(j), Catch::Contains("'grouped.rows' must be an array of 1 to 16 ascending"));
+  j = kernel_table_to_json(t);
+  j["grouped_launch_us"] = -1;
+  CHECK_THROWS_WITH(kernel_table_from_json(j), Catch::Contains("'grouped_launch_us' must be a number in [0"));
+  // A grid the options cannot describe is refused before anything runs.
+  o.grouped_rows = {256, 64};
+  CHECK_THROWS_WITH(measure_kernel_table(o), Catch::Contains("must be ascending and positive"));
+}

@@ -40,6 +40,7 @@ struct CalibrateArgs {
   bool fit_wake = true;
   bool gpu = false, emulate = false;
   int repeats = 10;
+  double sustain = -1;  // seconds of back-to-back GEMMs; -1: 10 on a GPU, 0.4 on the emulation
 };
 
 #ifdef HT_CLI_ENGINE
@@ -85,6 +86,7 @@ int run_gpu(const CalibrateArgs& a) {
   engine::KernelBenchOptions o;
   o.emulate = a.emulate;
   o.repeats = a.repeats;
+  o.sustain_seconds = a.sustain >= 0 ? a.sustain : (a.emulate ? 0.4 : 10);
   if (!a.emulate) {
     const engine::CudaProbe probe = engine::cuda_probe();
     if (!probe.usable) {
@@ -113,6 +115,13 @@ int run_gpu(const CalibrateArgs& a) {
   for (std::size_t i = 0; i < n; ++i) std::cout << " " << t.sizes[i] << "^3 " << std::setprecision(1) << rate(i, i, i);
   std::cout << std::defaultfloat << "\n";
   print_grouped(t, costs);
+  if (t.sustained_fraction > 0)
+    std::cout << "sustained    " << t.sustained_size << "^3 BF16 GEMMs back to back: " << std::fixed
+              << std::setprecision(1) << t.window_tflops.front() << " TFLOP/s in the first window, "
+              << t.window_tflops.back() << " in the last (" << t.window_tflops.size()
+              << " windows), burst " << t.burst_tflops << ": sustained " << std::setprecision(3)
+              << t.sustained_fraction << " of burst\n"
+              << std::defaultfloat;
   if (!a.output.empty())
     std::cout << "wrote " << a.output << "; price a what-if with it: hybrid-twin simulate ... --costs " << a.output << "\n";
   return 0;
@@ -173,6 +182,7 @@ int run(const CalibrateArgs& a) {
     return run_gpu(a);
   }
   if (a.emulate) throw UsageError("--emulate goes with --gpu");
+  if (a.sustain >= 0) throw UsageError("--sustain goes with --gpu");
   if (a.trace.empty()) throw UsageError("give --trace MEASURED.json (fit a measured run) or --gpu (measure this GPU)");
 #ifndef HT_CLI_SIM
   throw UsageError("calibrate --trace needs the twin (SimGrid), which this build does not have");
@@ -237,9 +247,14 @@ const Registration reg{{"calibrate",
                           auto a = std::make_shared<CalibrateArgs>();
                           sub.add_option("--trace,TRACE", a->trace, "measured Chrome-trace JSON");
                           sub.add_flag("--gpu", a->gpu,
-                                       "microbenchmark the local GPU (BF16 GEMMs by shape, HBM) and write its kernel "
-                                       "table for simulate --costs; exit 3 without a GPU");
+                                       "microbenchmark the local GPU (BF16 GEMMs by shape, HBM, grouped GEMMs as TE "
+                                       "issues them, the sustained GEMM rate) and write its kernel table for "
+                                       "simulate --costs; exit 3 without a GPU");
                           sub.add_flag("--emulate", a->emulate, "--gpu on the host emulation (no GPU needed)");
+                          sub.add_option("--sustain", a->sustain,
+                                         "--gpu: seconds of back-to-back GEMMs for the sustained rate (default 10; "
+                                         "0.4 with --emulate; 0 skips it)")
+                              ->check(CLI::Range(0.0, 600.0));
                           sub.add_option("--repeats", a->repeats, "--gpu: timed runs per kernel (the fastest counts)")
                               ->check(CLI::Range(1, 1000))
                               ->capture_default_str();

@@ -61,6 +61,28 @@ KernelTable measure_host(const KernelBenchOptions& o) {
         });
         t.grouped_seconds.push_back(shrunk * (double(rows) * k * n) / (double(sm) * sk * sn));
       }
+  // Sustained rate: back-to-back GEMMs at 1/16 of 8192 in windows of a twentieth of the time.
+  if (o.sustain_seconds > 0) {
+    const int e = 8192 / kShrink;
+    std::vector<float> a(static_cast<std::size_t>(e) * e, 0.5f), b(a.size(), 0.25f), c(a.size());
+    const double flops = 2.0 * e * double(e) * e;
+    t.sustained_size = 8192;
+    t.burst_tflops = flops / fastest_seconds(reps, [&] { cpu::matmul(c.data(), a.data(), b.data(), e, e, e); }) / 1e12;
+    const auto start = std::chrono::steady_clock::now();
+    const double window = o.sustain_seconds / 20;
+    while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < o.sustain_seconds) {
+      const auto w0 = std::chrono::steady_clock::now();
+      int runs = 0;
+      double elapsed = 0;
+      do {
+        cpu::matmul(c.data(), a.data(), b.data(), e, e, e);
+        ++runs;
+        elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+      } while (elapsed < window);
+      t.window_tflops.push_back(runs * flops / elapsed / 1e12);
+    }
+    t.sustained_fraction = sustained_fraction(t.window_tflops, t.burst_tflops);
+  }
   // The host cost of one call: a 1 x 1 x 1 GEMM.
   float one_a = 1, one_b = 1, one_c = 0;
   t.grouped_launch_s = fastest_seconds(reps, [&] { cpu::matmul(&one_c, &one_a, &one_b, 1, 1, 1); });
@@ -68,6 +90,14 @@ KernelTable measure_host(const KernelBenchOptions& o) {
 }
 
 }  // namespace
+
+double sustained_fraction(const std::vector<double>& window_tflops, double burst_tflops) {
+  if (window_tflops.empty() || !(burst_tflops > 0)) return 0;
+  const std::size_t last = std::max<std::size_t>(1, window_tflops.size() / 4);
+  double sum = 0;
+  for (std::size_t i = window_tflops.size() - last; i < window_tflops.size(); ++i) sum += window_tflops[i];
+  return sum / double(last) / burst_tflops;
+}
 
 KernelTable measure_kernel_table(const KernelBenchOptions& o) {
   if (o.sizes.empty() || !std::is_sorted(o.sizes.begin(), o.sizes.end()) || o.sizes.front() < 1)
@@ -93,7 +123,12 @@ nlohmann::json kernel_table_to_json(const KernelTable& t) {
             {"rows", t.grouped_rows},
             {"shapes", t.grouped_shapes},
             {"seconds", t.grouped_seconds}}},
-          {"grouped_launch_us", t.grouped_launch_s * 1e6}};
+          {"grouped_launch_us", t.grouped_launch_s * 1e6},
+          {"sustained",
+           {{"size", t.sustained_size},
+            {"burst_tflops", t.burst_tflops},
+            {"window_tflops", t.window_tflops},
+            {"fraction", t.sustained_fraction}}}};
 }
 
 KernelTable kernel_table_from_json(const nlohmann::json& j) {
@@ -167,6 +202,26 @@ KernelTable kernel_table_from_json(const nlohmann::json& j) {
         j["grouped_launch_us"].get<double>() > 1e6)
       fail("'grouped_launch_us' must be a number in [0, 1000000]");
     t.grouped_launch_s = j["grouped_launch_us"].get<double>() * 1e-6;
+  }
+  if (j.contains("sustained")) {
+    const auto& u = j["sustained"];
+    auto number = [&](const char* name, double max) {
+      if (!u.is_object() || !u.contains(name) || !u[name].is_number() || !std::isfinite(u[name].get<double>()) ||
+          u[name].get<double>() < 0 || u[name].get<double>() > max)
+        fail(std::string("'sustained.") + name + "' must be a number in [0, " + std::to_string(int(max)) + "]");
+      return u[name].get<double>();
+    };
+    t.sustained_size = static_cast<int>(number("size", 1 << 20));
+    t.burst_tflops = number("burst_tflops", 1e5);
+    t.sustained_fraction = number("fraction", 2);
+    if (u.contains("window_tflops")) {
+      if (!u["window_tflops"].is_array()) fail("'sustained.window_tflops' must be an array of TFLOP/s");
+      for (const auto& v : u["window_tflops"]) {
+        if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0)
+          fail("'sustained.window_tflops' must be an array of TFLOP/s");
+        t.window_tflops.push_back(v.get<double>());
+      }
+    }
   }
   if (j.contains("sms") && j["sms"].is_number_integer()) t.sms = j["sms"].get<int>();
   if (j.contains("memory_gb") && j["memory_gb"].is_number()) t.memory_bytes = j["memory_gb"].get<double>() * 1e9;

@@ -280,6 +280,14 @@ CostModel parse_costs_json(std::string_view json_text, CostModel base) {
       k.hbm_bytes_per_s = checked("kernel_table.hbm_gbps", number_field(value["hbm_gbps"], "kernel_table.hbm_gbps"), 0) * 1e9;
       if (!(k.hbm_bytes_per_s > 0)) fail("'kernel_table.hbm_gbps' must be positive");
       if (value.contains("grouped")) parse_grouped(value["grouped"], k);
+      if (value.contains("sustained")) {
+        const auto& u = value["sustained"];
+        if (!u.is_object() || !u.contains("fraction"))
+          fail("'kernel_table.sustained' must be an object with a 'fraction' (written by `hybrid-twin calibrate --gpu`)");
+        k.sustained_fraction = checked("kernel_table.sustained.fraction",
+                                       number_field(u["fraction"], "kernel_table.sustained.fraction"), 0);
+        if (k.sustained_fraction > 2) fail("'kernel_table.sustained.fraction' must be at most 2");
+      }
       if (value.contains("grouped_launch_us")) {
         k.grouped_launch_s = checked("kernel_table.grouped_launch_us",
                                      number_field(value["grouped_launch_us"], "kernel_table.grouped_launch_us"), 0) *
@@ -326,6 +334,16 @@ void apply_kernel_table(PlatformSpec& platform, const CostModel& costs) {
   if (!costs.kernels) return;
   platform.gpu.measured = costs.kernels;
   platform.gpu.hbm_efficiency = std::min(1.0, costs.kernels->hbm_bytes_per_s / platform.gpu.hbm_bytes_per_s);
+  // Sustained load: the burst-measured compute rates at the GPU's sustained fraction (GEMMs in
+  // kernel_time.cpp's measured branch), and the clock under overlap, given over the burst clock,
+  // relative to the sustained one (a GPU already held below its burst clock loses less).
+  const double f = costs.kernels->sustained_fraction;
+  if (f > 0 && f < 1) {
+    platform.gpu.attention_scale *= f;
+    platform.gpu.scan_efficiency *= f;
+    platform.gpu.delta_rule_scale *= f;
+    platform.gpu.overlap_clock = std::min(1.0, platform.gpu.overlap_clock / f);
+  }
 }
 
 CostModel load_costs_file(const std::string& path, CostModel base) {

@@ -126,7 +126,9 @@ double gemm_rate(double m, double n, double k, const GpuSpec& gpu, bool fp8) {
     // The GPU's own BF16 table (calibrate --gpu): its rates as measured; FP8 at the FP8 peak and
     // best fraction over the BF16 ones.
     const auto& t = *gpu.measured;
-    const double bf16 = interpolate_grid(m, n, k, t.sizes, [&](std::size_t i) { return t.gemm_bf16_tflops[i]; });
+    const double sustained = t.sustained_fraction > 0 ? std::min(1.0, t.sustained_fraction) : 1.0;
+    const double bf16 =
+        sustained * interpolate_grid(m, n, k, t.sizes, [&](std::size_t i) { return t.gemm_bf16_tflops[i]; });
     return fp8 ? bf16 * (peak * best) / (gpu.peak_flops * gpu.gemm_efficiency) : bf16;
   }
   const double sm90 = interpolate_grid(m, n, k, kSm90Sizes, [](std::size_t i) { return kSm90Tflops[i / kGrid][i % kGrid]; });

@@ -396,6 +396,12 @@ CASES = [
      files(**{"c.json": '{"kernel_table": {"sizes": [256, 512], "gemm_bf16_tflops": [1,1,1,1,1,1,1,1], "hbm_gbps": 3000,'
                         ' "grouped_launch_us": -3}}'}),
      None),
+    ("costs-kernel-table-sustained-fraction", 10, 2, ["simulate", "--pattern", "M*E", "--costs", "c.json"],
+     "sustained.fraction",
+     files(**{"c.json": '{"kernel_table": {"sizes": [256, 512], "gemm_bf16_tflops": [1,1,1,1,1,1,1,1], "hbm_gbps": 3000,'
+                        ' "sustained": {"fraction": "fast"}}}'}),
+     None),
+    ("calibrate-sustain-alone", 10, 2, ["calibrate", "--sustain", "5"], "--sustain goes with --gpu", None, None),
     ("calibrate-gpu-with-a-trace", 10, 2, ["calibrate", "--gpu", "--trace", "t.json"], "takes no trace", None, None),
     ("calibrate-emulate-alone", 10, 2, ["calibrate", "--emulate"], "--emulate goes with --gpu", None, None),
     ("platform-slow-gpu-spread", 10, 2, ["simulate", "--pattern", "M*E", "--platform", "dgx-h100:slow_gpu_spread=0.9"],

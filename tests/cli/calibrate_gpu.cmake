@@ -37,6 +37,13 @@ execute_process(COMMAND /usr/bin/python3 -c "import sys; sys.exit(0 if ${launch}
 if(NOT positive EQUAL 0)
   message(FATAL_ERROR "the host time of TE's loop was not measured: ${launch}")
 endif()
+string(JSON fraction GET "${text}" kernel_table sustained fraction)
+string(JSON windows LENGTH "${text}" kernel_table sustained window_tflops)
+execute_process(COMMAND /usr/bin/python3 -c "import sys; sys.exit(0 if ${fraction} > 0 and ${windows} >= 1 else 1)"
+                RESULT_VARIABLE sustained)
+if(NOT sustained EQUAL 0)
+  message(FATAL_ERROR "the sustained rate was not measured: fraction ${fraction}, ${windows} windows")
+endif()
 # An MoE what-if priced with the table's grouped GEMMs, and with the grouped section taken out
 # (the twin's rule on the table's GEMM rates): the measured groups move its compute.
 set(moe simulate --pattern "*E*E" --hidden 1024 --num-heads 8 --num-kv-heads 8 --head-dim 128 --num-experts 16

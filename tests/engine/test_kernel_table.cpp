@@ -7,6 +7,15 @@
 
 using namespace ht::engine;
 
+TEST_CASE("the sustained fraction is the last quarter of the windows over the burst", "[engine][calibrate]") {
+  // 8 windows: the last quarter is the last 2 (90 and 80), mean 85, over a burst of 100.
+  CHECK(sustained_fraction({100, 99, 98, 97, 95, 92, 90, 80}, 100) == Approx(0.85));
+  // Fewer than 4 windows: the last one.
+  CHECK(sustained_fraction({100, 70}, 100) == Approx(0.7));
+  CHECK(sustained_fraction({}, 100) == 0);
+  CHECK(sustained_fraction({90}, 0) == 0);
+}
+
 TEST_CASE("the emulated kernel table measures every grid point and round-trips through its JSON",
           "[engine][calibrate]") {
   KernelBenchOptions o;
@@ -16,6 +25,7 @@ TEST_CASE("the emulated kernel table measures every grid point and round-trips t
   o.grouped_experts = {2, 4};
   o.grouped_rows = {64, 256, 512};
   o.grouped_shapes = {{256, 512}, {128, 256}};
+  o.sustain_seconds = 0.05;
   const KernelTable t = measure_kernel_table(o);
   CHECK(t.emulated);
   CHECK(t.gemm_bf16_tflops.size() == 8);
@@ -31,6 +41,11 @@ TEST_CASE("the emulated kernel table measures every grid point and round-trips t
   CHECK(back.grouped_seconds == t.grouped_seconds);
   CHECK(back.grouped_launch_s == Approx(t.grouped_launch_s));
   CHECK(back.gemm_bf16_tflops == t.gemm_bf16_tflops);
+  REQUIRE(t.window_tflops.size() >= 1);
+  CHECK(t.sustained_fraction == Approx(sustained_fraction(t.window_tflops, t.burst_tflops)));
+  CHECK(back.window_tflops == t.window_tflops);
+  CHECK(back.sustained_fraction == Approx(t.sustained_fraction));
+  CHECK(back.burst_tflops == Approx(t.burst_tflops));
 
   nlohmann::json j = kernel_table_to_json(t);
   j["grouped"]["seconds"].erase(0);

@@ -169,6 +169,36 @@ TEST_CASE("a measured table's grouped GEMMs price the experts at what the GPU di
       Catch::Contains("experts x rows x shapes = 4 numbers"));
 }
 
+TEST_CASE("a measured sustained rate puts compute-bound kernels and the clock under overlap at it", "[sim][kernels]") {
+  // Every rate table is a burst figure; a GPU measured to sustain 0.9 of its burst runs its GEMMs
+  // (the table's own), attention, scans and GDN's recurrence at 0.9 of them, and its clock under
+  // overlap (1575 of a 1980 MHz burst) at 1575/1980/0.9 of the sustained clock; memory-bound
+  // kernels keep the measured bandwidth.
+  std::string rates;
+  for (int i = 0; i < 8; ++i) rates += (i ? ", " : "") + std::to_string(100 + i);
+  const std::string table = R"({"kernel_table": {"sizes": [512, 2048], "gemm_bf16_tflops": [)" + rates +
+                            R"(], "hbm_gbps": 2000)";
+  PlatformSpec burst = preset("dgx-h100"), held = preset("dgx-h100");
+  apply_kernel_table(burst, parse_costs_json(table + "}}"));
+  apply_kernel_table(held, parse_costs_json(table + R"(, "sustained": {"size": 8192, "fraction": 0.9}}})"));
+  CHECK(gemm_seconds(2048, 2048, 2048, 1, 0, held.gpu) == Approx(2 * 2048.0 * 2048 * 2048 / (0.9 * 107e12)));
+  const Kernel attention{KernelKind::Attention, false, 4096, 2048, 128, 1, 1e12, 0};
+  CHECK(kernel_seconds(attention, Phase::Forward, false, held.gpu) ==
+        Approx(kernel_seconds(attention, Phase::Forward, false, burst.gpu) / 0.9));
+  const Kernel scan{KernelKind::Scan, false, 0, 0, 0, 1, 1e12, 0};
+  CHECK(kernel_seconds(scan, Phase::Forward, false, held.gpu) ==
+        Approx(kernel_seconds(scan, Phase::Forward, false, burst.gpu) / 0.9));
+  const Kernel norm{KernelKind::Elementwise, false, 0, 0, 0, 1, 0, 1e9};
+  CHECK(kernel_seconds(norm, Phase::Forward, false, held.gpu) == Approx(1e9 / 2000e9));
+  CHECK(held.gpu.overlap_clock == Approx(1575.0 / 1980 / 0.9));
+  // A GPU that sustains its burst (or more, within the noise) changes nothing.
+  PlatformSpec full = preset("dgx-h100");
+  apply_kernel_table(full, parse_costs_json(table + R"(, "sustained": {"fraction": 1.02}}})"));
+  CHECK(gemm_seconds(2048, 2048, 2048, 1, 0, full.gpu) == Approx(gemm_seconds(2048, 2048, 2048, 1, 0, burst.gpu)));
+  CHECK(full.gpu.overlap_clock == Approx(1575.0 / 1980));
+  CHECK_THROWS_WITH(parse_costs_json(table + R"(, "sustained": {"size": 8192}}})"), Catch::Contains("'fraction'"));
+}
+
 TEST_CASE("a grouped GEMM runs one GEMM per expert, up to four side by side while their tiles fit",
           "[sim][kernels]") {
   const GpuSpec h100 = preset("dgx-h100").gpu;

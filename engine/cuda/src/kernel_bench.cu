@@ -162,6 +162,48 @@ void measure_grouped(KernelTable& t, const KernelBenchOptions& o, cudaStream_t m
   cublasLtDestroy(lt);
 }
 
+// The sustained rate (kernel_table.hpp): 8192^3 BF16 GEMMs back to back for o.sustain_seconds,
+// timed by events in windows of about half a second, after the fastest single one (the burst).
+// Last, so that every table above was measured before the GPU had run hot for seconds.
+void measure_sustained(KernelTable& t, const KernelBenchOptions& o, cublasHandle_t blas, cudaStream_t stream) {
+  if (!(o.sustain_seconds > 0)) return;
+  constexpr int kEdge = 8192;
+  const std::size_t elems = std::size_t(kEdge) * kEdge;
+  Device a(elems * sizeof(__nv_bfloat16)), b(elems * sizeof(__nv_bfloat16)), c(elems * sizeof(__nv_bfloat16));
+  check(cudaMemset(a.p, 0, elems * sizeof(__nv_bfloat16)), "cudaMemset");
+  check(cudaMemset(b.p, 0, elems * sizeof(__nv_bfloat16)), "cudaMemset");
+  const float alpha = 1, beta = 0;
+  auto gemm = [&] {
+    check(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, kEdge, kEdge, kEdge, &alpha, b.p, CUDA_R_16BF, kEdge, a.p,
+                       CUDA_R_16BF, kEdge, &beta, c.p, CUDA_R_16BF, kEdge, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+          "cublasGemmEx (bf16)");
+  };
+  const double flops = 2.0 * elems * kEdge;
+  const double burst = fastest(stream, o.repeats, gemm);
+  t.sustained_size = kEdge;
+  t.burst_tflops = flops / burst / 1e12;
+  // GEMMs per window: about half a second at the burst rate.
+  const int per_window = std::max(1, static_cast<int>(0.5 / burst));
+  cudaEvent_t w0, w1;
+  check(cudaEventCreate(&w0), "cudaEventCreate");
+  check(cudaEventCreate(&w1), "cudaEventCreate");
+  double total = 0;
+  while (total < o.sustain_seconds) {
+    check(cudaEventRecord(w0, stream), "cudaEventRecord");
+    for (int i = 0; i < per_window; ++i) gemm();
+    check(cudaEventRecord(w1, stream), "cudaEventRecord");
+    check(cudaEventSynchronize(w1), "cudaEventSynchronize");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, w0, w1), "cudaEventElapsedTime");
+    const double seconds = std::max(1e-9, double(ms) * 1e-3);
+    t.window_tflops.push_back(per_window * flops / seconds / 1e12);
+    total += seconds;
+  }
+  cudaEventDestroy(w0);
+  cudaEventDestroy(w1);
+  t.sustained_fraction = sustained_fraction(t.window_tflops, t.burst_tflops);
+}
+
 }  // namespace
 
 namespace gpu {
@@ -210,6 +252,7 @@ KernelTable measure_kernel_table_cuda(const KernelBenchOptions& o) {
   });
   t.hbm_bytes_per_s = 2.0 * double(bytes) / s;
   measure_grouped(t, o, stream);
+  measure_sustained(t, o, blas, stream);
   cublasDestroy(blas);
   cudaStreamDestroy(stream);
   return t;

@@ -12,6 +12,10 @@
 //    layers: the GPU time of the whole group (the fastest of `repeats`), and the host time the
 //    loop takes per expert GEMM (the twin's `grouped_launch_us`: the longer of the two is what a
 //    grouped GEMM costs when the host cannot run ahead);
+//  - the sustained GEMM rate: back-to-back 8192^3 BF16 GEMMs for `sustain_seconds`, TFLOP/s per
+//    window of about half a second, against the fastest single one (the burst rate every table
+//    above is, like OpenXLA's and MAMF's): a GPU under sustained tensor-core load holds a lower
+//    clock than a short benchmark sees (power and heat), and training is sustained load;
 //  - the device's name, SM count and memory.
 // The host emulation runs the same sequence on the CPU (float32 GEMMs with every size divided by
 // 16, a memcpy for the bandwidth, the experts' GEMMs one after the other) so that the program and
@@ -44,6 +48,12 @@ struct KernelTable {
   std::vector<std::pair<int, int>> grouped_shapes;  // (k, n)
   std::vector<double> grouped_seconds;
   double grouped_launch_s = 0;  // host seconds per expert GEMM of TE's loop; 0 = not measured
+  // Sustained rate: the GEMM's edge (m = n = k), the fastest single one, TFLOP/s per window, and
+  // the mean of the last quarter of the windows over the burst (0 = not measured).
+  int sustained_size = 0;
+  double burst_tflops = 0;
+  std::vector<double> window_tflops;
+  double sustained_fraction = 0;
 };
 
 struct KernelBenchOptions {
@@ -56,7 +66,12 @@ struct KernelBenchOptions {
   std::vector<int> grouped_experts{4, 8, 16, 32};
   std::vector<int> grouped_rows{128, 512, 2048};
   std::vector<std::pair<int, int>> grouped_shapes{{4096, 3072}, {1536, 4096}, {2048, 1536}, {768, 2048}};
+  double sustain_seconds = 10;  // back-to-back GEMMs for the sustained rate (0: not measured)
 };
+
+// The sustained figures from the windows' rates and the burst rate: the mean of the last quarter
+// of the windows (at least one) over the burst.
+double sustained_fraction(const std::vector<double>& window_tflops, double burst_tflops);
 
 // On GPU 0 (throws std::runtime_error without a usable GPU or without the CUDA backend), or the
 // host emulation.

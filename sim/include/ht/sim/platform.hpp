@@ -83,6 +83,11 @@ struct MeasuredKernels {
   std::vector<std::pair<double, double>> grouped_shapes;  // (k, n)
   std::vector<double> grouped_seconds;
   double grouped_launch_s = 0;  // host seconds per expert GEMM of TE's loop; 0 = not measured
+  // The GPU's sustained GEMM rate over its burst rate (back-to-back GEMMs for seconds against the
+  // fastest single one; 0 = not measured). Every rate table (this one's, OpenXLA's, FlashAttention-3's,
+  // FLA's) is a burst figure; apply_kernel_table puts the GPU's compute-bound kernels at this
+  // fraction of them and its clock under overlap relative to it.
+  double sustained_fraction = 0;
   bool operator==(const MeasuredKernels&) const = default;
 };
 

@@ -42,6 +42,30 @@ __global__ void copy_kernel(const float4* __restrict__ from, float4* __restrict_
     to[i] = from[i];
 }
 
+// GEMM operands are random, never zeros: a GEMM's power, and so the clock a power-capped GPU
+// holds, depends on its data (8192^3 on an A100: 295 TFLOP/s on zeros, 257 on normal random
+// values; Horace He, "Strangely, Matrix Multiplications on GPUs Run Faster When Given
+// 'Predictable' Data", 2024), and OpenXLA's built-in table was measured on random operands
+// (xla/tools/matmul_perf_table_gen.cc: MakeFakeArguments), so the two tables compare. Values
+// uniform in [-1, 1) from an integer hash of the index and a seed.
+__global__ void fill_random_kernel(__nv_bfloat16* p, std::size_t n, std::uint32_t seed) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x) {
+    std::uint32_t h = static_cast<std::uint32_t>(i) ^ (static_cast<std::uint32_t>(i >> 32) * 0x9e3779b9u) ^ seed;
+    h ^= h >> 16;
+    h *= 0x7feb352du;
+    h ^= h >> 15;
+    h *= 0x846ca68bu;
+    h ^= h >> 16;
+    p[i] = __float2bfloat16(static_cast<float>(h >> 8) * (2.0f / 16777216.0f) - 1.0f);
+  }
+}
+
+void fill_random(void* p, std::size_t elems, std::uint32_t seed) {
+  fill_random_kernel<<<1024, 256>>>(static_cast<__nv_bfloat16*>(p), elems, seed);
+  check(cudaGetLastError(), "fill kernel");
+  check(cudaDeviceSynchronize(), "fill kernel");
+}
+
 // Fastest of `repeats` runs of `run` after one warm-up, in seconds, by CUDA events.
 template <class F>
 double fastest(cudaStream_t stream, int repeats, F&& run) {
@@ -119,8 +143,8 @@ void measure_grouped(KernelTable& t, const KernelBenchOptions& o, cudaStream_t m
                     y_elems = rows * std::size_t(max_n);
   Device x(experts * x_elems * sizeof(__nv_bfloat16)), w(experts * w_elems * sizeof(__nv_bfloat16)),
       y(experts * y_elems * sizeof(__nv_bfloat16)), workspace(kGroupedStreams * kWorkspaceBytes);
-  check(cudaMemset(x.p, 0, experts * x_elems * sizeof(__nv_bfloat16)), "cudaMemset");
-  check(cudaMemset(w.p, 0, experts * w_elems * sizeof(__nv_bfloat16)), "cudaMemset");
+  fill_random(x.p, experts * x_elems, 3);
+  fill_random(w.p, experts * w_elems, 4);
   cublasLtHandle_t lt = nullptr;
   check(cublasLtCreate(&lt), "cublasLtCreate");
   std::array<cudaStream_t, kGroupedStreams> side{};
@@ -170,8 +194,8 @@ void measure_sustained(KernelTable& t, const KernelBenchOptions& o, cublasHandle
   constexpr int kEdge = 8192;
   const std::size_t elems = std::size_t(kEdge) * kEdge;
   Device a(elems * sizeof(__nv_bfloat16)), b(elems * sizeof(__nv_bfloat16)), c(elems * sizeof(__nv_bfloat16));
-  check(cudaMemset(a.p, 0, elems * sizeof(__nv_bfloat16)), "cudaMemset");
-  check(cudaMemset(b.p, 0, elems * sizeof(__nv_bfloat16)), "cudaMemset");
+  fill_random(a.p, elems, 5);
+  fill_random(b.p, elems, 6);
   const float alpha = 1, beta = 0;
   auto gemm = [&] {
     check(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, kEdge, kEdge, kEdge, &alpha, b.p, CUDA_R_16BF, kEdge, a.p,
@@ -226,8 +250,8 @@ KernelTable measure_kernel_table_cuda(const KernelBenchOptions& o) {
   const std::size_t largest = static_cast<std::size_t>(o.sizes.back());
   Device a(largest * largest * sizeof(__nv_bfloat16)), b(largest * largest * sizeof(__nv_bfloat16)),
       c(largest * largest * sizeof(__nv_bfloat16));
-  check(cudaMemset(a.p, 0, largest * largest * sizeof(__nv_bfloat16)), "cudaMemset");
-  check(cudaMemset(b.p, 0, largest * largest * sizeof(__nv_bfloat16)), "cudaMemset");
+  fill_random(a.p, largest * largest, 1);
+  fill_random(b.p, largest * largest, 2);
   const float alpha = 1, beta = 0;
   for (int m : o.sizes)
     for (int n : o.sizes)

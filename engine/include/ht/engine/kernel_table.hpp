@@ -3,7 +3,9 @@
 // `simulate --costs` reads, so that one GPU gives a twin of that hardware:
 //  - BF16 GEMMs (cuBLAS, fp32 accumulation) on the grid m, n, k in {256, 512, 1024, 2048, 4096}
 //    (the grid of the twin's built-in sm_90 table, so the measured one replaces it shape for
-//    shape), TFLOP/s of the fastest of `repeats` timed runs after a warm-up;
+//    shape), TFLOP/s of the fastest of `repeats` timed runs after a warm-up, on random operands
+//    (a GEMM on zeros draws less power and runs faster on a power-capped GPU; OpenXLA's table is
+//    measured on random operands too);
 //  - HBM bandwidth: a streaming copy kernel over buffers far larger than L2 (bytes read + written);
 //  - grouped GEMMs as Transformer Engine's GroupedLinear runs them on Hopper in BF16: one cuBLASLt
 //    GEMM per expert, round-robin over 4 streams (TE common/util/multi_stream.cpp), each set up on

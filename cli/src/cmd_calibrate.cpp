@@ -7,6 +7,7 @@
 // `simulate --costs COSTS.json` prices GEMMs and memory traffic as that GPU runs them. Without a
 // GPU it says so and exits 3 (--emulate runs the host emulation instead). Built wherever the
 // engine is (the GPU check builds it without SimGrid); fitting a trace needs the twin.
+#include <algorithm>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -52,7 +53,10 @@ void print_grouped(const engine::KernelTable& t, [[maybe_unused]] const nlohmann
   std::cout << "grouped GEMM TE's loop (one cuBLASLt GEMM per expert, 4 streams): host " << std::fixed
             << std::setprecision(1) << t.grouped_launch_s * 1e6 << " us per expert GEMM\n";
 #ifdef HT_CLI_SIM
+  // The rule on this GPU: its SM count, and the measured bandwidth uncapped by the preset's.
   sim::PlatformSpec platform = sim::preset("dgx-h100");
+  if (t.sms > 0) platform.gpu.sms = t.sms;
+  platform.gpu.hbm_bytes_per_s = std::max(platform.gpu.hbm_bytes_per_s, t.hbm_bytes_per_s);
   sim::apply_kernel_table(platform, sim::parse_costs_json(costs.dump()));
   std::cout << "             TFLOP/s (measured over the twin's rule) by rows per expert:\n";
 #else
@@ -69,7 +73,7 @@ void print_grouped(const engine::KernelTable& t, [[maybe_unused]] const nlohmann
         std::cout << "  " << t.grouped_rows[ir] << " " << std::setprecision(1) << 2.0 * g * m * k * n / seconds / 1e12;
 #ifdef HT_CLI_SIM
         const double bytes = 2.0 * (double(g) * k * n + g * m * (k + n));
-        std::cout << " (" << std::setprecision(2) << seconds / sim::gemm_seconds(m, n, k, g, bytes, platform.gpu)
+        std::cout << " (" << std::setprecision(2) << seconds / sim::gemm_seconds_burst(m, n, k, g, bytes, platform.gpu)
                   << ")";
 #endif
       }

@@ -286,7 +286,8 @@ CostModel parse_costs_json(std::string_view json_text, CostModel base) {
           fail("'kernel_table.sustained' must be an object with a 'fraction' (written by `hybrid-twin calibrate --gpu`)");
         k.sustained_fraction = checked("kernel_table.sustained.fraction",
                                        number_field(u["fraction"], "kernel_table.sustained.fraction"), 0);
-        if (k.sustained_fraction > 2) fail("'kernel_table.sustained.fraction' must be at most 2");
+        if (k.sustained_fraction != 0 && (k.sustained_fraction < 0.3 || k.sustained_fraction > 2))
+          fail("'kernel_table.sustained.fraction' must be 0 (not measured) or in [0.3, 2]");
       }
       if (value.contains("grouped_launch_us")) {
         k.grouped_launch_s = checked("kernel_table.grouped_launch_us",

@@ -119,35 +119,53 @@ const std::vector<double> kSm90Sizes{256, 512, 1024, 2048, 4096};
 
 }  // namespace
 
-double gemm_rate(double m, double n, double k, const GpuSpec& gpu, bool fp8) {
+namespace {
+
+// A GEMM's rate and time; `sustained`: at the measured table's sustained fraction (what a step
+// pays), else at the burst rates the table holds (what its grouped GEMMs were measured against).
+double rate_at(double m, double n, double k, const GpuSpec& gpu, bool fp8, bool sustained) {
   const double peak = fp8 ? gpu.fp8_peak_flops : gpu.peak_flops;
   const double best = fp8 ? gpu.fp8_gemm_efficiency : gpu.gemm_efficiency;
   if (gpu.measured) {
     // The GPU's own BF16 table (calibrate --gpu): its rates as measured; FP8 at the FP8 peak and
     // best fraction over the BF16 ones.
     const auto& t = *gpu.measured;
-    const double sustained = t.sustained_fraction > 0 ? std::min(1.0, t.sustained_fraction) : 1.0;
-    const double bf16 =
-        sustained * interpolate_grid(m, n, k, t.sizes, [&](std::size_t i) { return t.gemm_bf16_tflops[i]; });
+    const double held = sustained && t.sustained_fraction > 0 ? std::min(1.0, t.sustained_fraction) : 1.0;
+    const double bf16 = held * interpolate_grid(m, n, k, t.sizes, [&](std::size_t i) { return t.gemm_bf16_tflops[i]; });
     return fp8 ? bf16 * (peak * best) / (gpu.peak_flops * gpu.gemm_efficiency) : bf16;
   }
   const double sm90 = interpolate_grid(m, n, k, kSm90Sizes, [](std::size_t i) { return kSm90Tflops[i / kGrid][i % kGrid]; });
   return sm90 / (kSm90PeakTflops * 1e12) * peak * (best / kSm90BestFraction);
 }
 
-double gemm_seconds(double m, double n, double k, double groups, double bytes, const GpuSpec& gpu, bool fp8) {
+double seconds_at(double m, double n, double k, double groups, double bytes, const GpuSpec& gpu, bool fp8,
+                  bool sustained) {
   if (m <= 0 || n <= 0 || k <= 0 || groups <= 0) return memory_seconds(bytes, gpu);
-  const double one = 2 * m * n * k / gemm_rate(m, n, k, gpu, fp8);
+  const double one = 2 * m * n * k / rate_at(m, n, k, gpu, fp8, sustained);
   double seconds = one;
   if (groups > 1) {
     // One GEMM per group on up to kGroupedGemmStreams streams: they run side by side while
     // their tiles (128 x 128) fit on the SMs together, and never beat one GEMM of all the rows.
     const double tiles = std::ceil(m / 128) * std::ceil(n / 128);
     const double side_by_side = std::clamp(std::floor(gpu.sms / tiles), 1.0, std::min(kGroupedGemmStreams, groups));
-    const double fused = 2 * m * groups * n * k / gemm_rate(m * groups, n, k, gpu, fp8);
+    const double fused = 2 * m * groups * n * k / rate_at(m * groups, n, k, gpu, fp8, sustained);
     seconds = std::max(groups * one / side_by_side, fused);
   }
   return std::max(seconds, memory_seconds(bytes, gpu));
+}
+
+}  // namespace
+
+double gemm_rate(double m, double n, double k, const GpuSpec& gpu, bool fp8) {
+  return rate_at(m, n, k, gpu, fp8, true);
+}
+
+double gemm_seconds(double m, double n, double k, double groups, double bytes, const GpuSpec& gpu, bool fp8) {
+  return seconds_at(m, n, k, groups, bytes, gpu, fp8, true);
+}
+
+double gemm_seconds_burst(double m, double n, double k, double groups, double bytes, const GpuSpec& gpu) {
+  return seconds_at(m, n, k, groups, bytes, gpu, false, false);
 }
 
 namespace {
@@ -183,7 +201,9 @@ double grouped_correction(double rows, double groups, double k, double n, const 
   auto ratio = [&](std::size_t ie, std::size_t ir) {
     const double g = t.grouped_experts[ie], m = t.grouped_rows[ir];
     const double bytes = 2 * (g * mk * mn + g * m * (mk + mn));
-    const double rule = gemm_seconds(m, mn, mk, g, bytes, gpu, false);
+    // Against the rule at the table's burst rates, as the groups were measured: the price, this
+    // ratio times the rule at the sustained rates, is then the measured time at the sustained rate.
+    const double rule = gemm_seconds_burst(m, mn, mk, g, bytes, gpu);
     return t.grouped_seconds[(ie * t.grouped_rows.size() + ir) * t.grouped_shapes.size() + shape] / rule;
   };
   std::size_t e0 = 0, r0 = 0;

@@ -56,6 +56,22 @@ TEST_CASE("the emulated kernel table measures every grid point and round-trips t
   j = kernel_table_to_json(t);
   j["grouped_launch_us"] = -1;
   CHECK_THROWS_WITH(kernel_table_from_json(j), Catch::Contains("'grouped_launch_us' must be a number in [0"));
+  j = kernel_table_to_json(t);
+  j["sustained"]["fraction"] = 0.01;
+  CHECK_THROWS_WITH(kernel_table_from_json(j), Catch::Contains("[0.3, 2]"));
+  // A table with neither grouped GEMMs nor a sustained rate (an older file's) writes neither and
+  // reads back.
+  KernelTable plain;
+  plain.sizes = {64, 128};
+  plain.gemm_bf16_tflops.assign(8, 1.5);
+  plain.hbm_bytes_per_s = 2e12;
+  const nlohmann::json pj = kernel_table_to_json(plain);
+  CHECK_FALSE(pj.contains("grouped"));
+  CHECK_FALSE(pj.contains("sustained"));
+  const KernelTable plain_back = kernel_table_from_json(pj);
+  CHECK(plain_back.grouped_seconds.empty());
+  CHECK(plain_back.sustained_fraction == 0);
+  CHECK(plain_back.gemm_bf16_tflops == plain.gemm_bf16_tflops);
   // A grid the options cannot describe is refused before anything runs.
   o.grouped_rows = {256, 64};
   CHECK_THROWS_WITH(measure_kernel_table(o), Catch::Contains("must be ascending and positive"));

@@ -197,6 +197,21 @@ TEST_CASE("a measured sustained rate puts compute-bound kernels and the clock un
   CHECK(gemm_seconds(2048, 2048, 2048, 1, 0, full.gpu) == Approx(gemm_seconds(2048, 2048, 2048, 1, 0, burst.gpu)));
   CHECK(full.gpu.overlap_clock == Approx(1575.0 / 1980));
   CHECK_THROWS_WITH(parse_costs_json(table + R"(, "sustained": {"size": 8192}}})"), Catch::Contains("'fraction'"));
+  CHECK_THROWS_WITH(parse_costs_json(table + R"(, "sustained": {"fraction": 0.001}}})"), Catch::Contains("[0.3, 2]"));
+  // Grouped GEMMs are short runs too: measured against the rule at the burst rates, priced at the
+  // sustained ones, so a compute-bound group measured at exactly the burst rule costs the rule at
+  // the sustained rate, 1/0.9 of it.
+  const double burst_rule = gemm_seconds(2048, 2048, 2048, 4, 0, burst.gpu);
+  std::ostringstream grouped;
+  grouped.precision(17);
+  grouped
+      << R"(, "sustained": {"fraction": 0.9}, "grouped": {"experts": [4], "rows": [2048], "shapes": [[2048, 2048]], "seconds": [)"
+      << burst_rule << "]}}}";
+  PlatformSpec both = preset("dgx-h100");
+  apply_kernel_table(both, parse_costs_json(table + grouped.str()));
+  const Kernel experts{KernelKind::GroupedGemm, true, 2048, 2048, 2048, 4, 2 * 4 * 2048.0 * 2048 * 2048, 0};
+  CHECK(kernel_seconds(experts, Phase::Forward, false, both.gpu) == Approx(burst_rule / 0.9));
+  CHECK(gemm_seconds_burst(2048, 2048, 2048, 4, 0, both.gpu) == Approx(burst_rule));
 }
 
 TEST_CASE("a grouped GEMM runs one GEMM per expert, up to four side by side while their tiles fit",

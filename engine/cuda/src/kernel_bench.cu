@@ -128,10 +128,23 @@ void lt_gemm(cublasLtHandle_t lt, const void* w, const void* x, void* y, int row
   cublasLtMatmulDescDestroy(op);
 }
 
-// The grouped-GEMM grid (kernel_table.hpp): for each point the fastest GPU time of the whole group
-// (events on the calling stream around the fork to 4 streams and the join), and the host time of
-// issuing it per expert GEMM; the table keeps the median host figure over the grid.
-void measure_grouped(KernelTable& t, const KernelBenchOptions& o, cudaStream_t main) {
+// Holds the stream for `ns` nanoseconds of the GPU's global timer (one thread): work queued behind
+// it starts only once the host has issued all of it, so events around that work time the GPU.
+__global__ void hold_kernel(unsigned long long ns) {
+  unsigned long long start = 0, now = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
+}
+
+// The grouped-GEMM grid (kernel_table.hpp). For each point: the host time of TE's loop over the
+// experts (the fastest of the runs, per expert GEMM; the table keeps the median over the grid), and
+// the GPU time of the whole group (the fastest of `repeats`): L2 flushed (a layer's expert weights
+// come from HBM), then the stream held until the host has queued every GEMM, then events on the
+// calling stream around the fork to 4 streams and the join.
+void measure_grouped(KernelTable& t, const KernelBenchOptions& o, cudaStream_t main, std::size_t l2_bytes) {
   int max_k = 0, max_n = 0;
   for (const auto& [k, n] : o.grouped_shapes) {
     max_k = std::max(max_k, k);
@@ -143,6 +156,8 @@ void measure_grouped(KernelTable& t, const KernelBenchOptions& o, cudaStream_t m
                     y_elems = rows * std::size_t(max_n);
   Device x(experts * x_elems * sizeof(__nv_bfloat16)), w(experts * w_elems * sizeof(__nv_bfloat16)),
       y(experts * y_elems * sizeof(__nv_bfloat16)), workspace(kGroupedStreams * kWorkspaceBytes);
+  const std::size_t flush_bytes = std::max<std::size_t>(2 * l2_bytes, std::size_t{64} << 20);
+  Device flush(flush_bytes);
   fill_random(x.p, experts * x_elems, 3);
   fill_random(w.p, experts * w_elems, 4);
   cublasLtHandle_t lt = nullptr;
@@ -151,29 +166,53 @@ void measure_grouped(KernelTable& t, const KernelBenchOptions& o, cudaStream_t m
   std::array<cudaEvent_t, kGroupedStreams + 1> fork_join{};
   for (auto& s : side) check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
   for (auto& e : fork_join) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "cudaEventCreate");
+  check(cudaEventCreate(&b), "cudaEventCreate");
   auto bf16_at = [](void* base, std::size_t elems) { return static_cast<__nv_bfloat16*>(base) + elems; };
   std::vector<double> host_per_gemm;
   for (int g : o.grouped_experts)
     for (int m : o.grouped_rows)
       for (const auto& shape : o.grouped_shapes) {
         const int k = shape.first, n = shape.second;
-        double host = 1e30;
-        auto run = [&] {
-          const auto t0 = std::chrono::steady_clock::now();
+        // One group as TE issues it; returns the host time of the loop over the experts.
+        auto group = [&] {
           check(cudaEventRecord(fork_join[0], main), "cudaEventRecord");
           for (auto& s : side) check(cudaStreamWaitEvent(s, fork_join[0], 0), "cudaStreamWaitEvent");
+          const auto t0 = std::chrono::steady_clock::now();
           for (int e = 0; e < g; ++e)
             lt_gemm(lt, bf16_at(w.p, e * w_elems), bf16_at(x.p, e * x_elems), bf16_at(y.p, e * y_elems), m, k, n,
                     static_cast<char*>(workspace.p) + (e % kGroupedStreams) * kWorkspaceBytes,
                     side[static_cast<std::size_t>(e % kGroupedStreams)]);
+          const double host = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
           for (int s = 0; s < kGroupedStreams; ++s) {
             check(cudaEventRecord(fork_join[static_cast<std::size_t>(s) + 1], side[static_cast<std::size_t>(s)]),
                   "cudaEventRecord");
             check(cudaStreamWaitEvent(main, fork_join[static_cast<std::size_t>(s) + 1], 0), "cudaStreamWaitEvent");
           }
-          host = std::min(host, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+          return host;
         };
-        t.grouped_seconds.push_back(fastest(main, o.repeats, run));
+        double host = group();  // warm-up (cuBLASLt's heuristic cache, the kernels' first load)
+        check(cudaStreamSynchronize(main), "warm-up");
+        for (int r = 0; r < std::max(1, o.repeats); ++r) {
+          host = std::min(host, group());
+          check(cudaStreamSynchronize(main), "grouped GEMM");
+        }
+        float best = 1e30f;
+        const auto hold_ns = static_cast<unsigned long long>(2e9 * host) + 100000ull;
+        for (int r = 0; r < std::max(1, o.repeats); ++r) {
+          check(cudaMemsetAsync(flush.p, r & 1, flush_bytes, main), "L2 flush");
+          hold_kernel<<<1, 1, 0, main>>>(hold_ns);
+          check(cudaGetLastError(), "hold kernel");
+          check(cudaEventRecord(a, main), "cudaEventRecord");
+          group();
+          check(cudaEventRecord(b, main), "cudaEventRecord");
+          check(cudaEventSynchronize(b), "cudaEventSynchronize");
+          float ms = 0;
+          check(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
+          best = std::min(best, ms);
+        }
+        t.grouped_seconds.push_back(std::max(1e-9, double(best) * 1e-3));
         host_per_gemm.push_back(host / g);
       }
   std::sort(host_per_gemm.begin(), host_per_gemm.end());
@@ -181,6 +220,8 @@ void measure_grouped(KernelTable& t, const KernelBenchOptions& o, cudaStream_t m
   t.grouped_experts = o.grouped_experts;
   t.grouped_rows = o.grouped_rows;
   t.grouped_shapes = o.grouped_shapes;
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
   for (auto& e : fork_join) cudaEventDestroy(e);
   for (auto& s : side) cudaStreamDestroy(s);
   cublasLtDestroy(lt);
@@ -203,7 +244,12 @@ void measure_sustained(KernelTable& t, const KernelBenchOptions& o, cublasHandle
           "cublasGemmEx (bf16)");
   };
   const double flops = 2.0 * elems * kEdge;
-  const double burst = fastest(stream, o.repeats, gemm);
+  // The burst: the median of single GEMMs, each timed alone after an idle sync (a median, as the
+  // windows' figure is a mean: the fastest of several would bias the fraction below 1).
+  std::vector<double> singles;
+  for (int r = 0; r < std::max(3, o.repeats); ++r) singles.push_back(fastest(stream, 0, gemm));
+  std::sort(singles.begin(), singles.end());
+  const double burst = singles[singles.size() / 2];
   t.sustained_size = kEdge;
   t.burst_tflops = flops / burst / 1e12;
   // GEMMs per window: about half a second at the burst rate.
@@ -275,7 +321,7 @@ KernelTable measure_kernel_table_cuda(const KernelBenchOptions& o) {
     check(cudaGetLastError(), "copy kernel");
   });
   t.hbm_bytes_per_s = 2.0 * double(bytes) / s;
-  measure_grouped(t, o, stream);
+  measure_grouped(t, o, stream, static_cast<std::size_t>(std::max(0, prop.l2CacheSize)));
   measure_sustained(t, o, blas, stream);
   cublasDestroy(blas);
   cudaStreamDestroy(stream);

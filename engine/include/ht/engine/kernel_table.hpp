@@ -15,7 +15,7 @@
 //    loop takes per expert GEMM (the twin's `grouped_launch_us`: the longer of the two is what a
 //    grouped GEMM costs when the host cannot run ahead);
 //  - the sustained GEMM rate: back-to-back 8192^3 BF16 GEMMs for `sustain_seconds`, TFLOP/s per
-//    window of about half a second, against the fastest single one (the burst rate every table
+//    window of about half a second, against the median single one (the burst rate every table
 //    above is, like OpenXLA's and MAMF's): a GPU under sustained tensor-core load holds a lower
 //    clock than a short benchmark sees (power and heat), and training is sustained load;
 //  - the device's name, SM count and memory.

@@ -136,6 +136,9 @@ double speed_beside_comm(const CostModel& costs, const PlatformSpec& platform, d
 // With fp8: the same shape curve at the GPU's FP8 peak and best FP8 fraction.
 double gemm_rate(double m, double n, double k, const GpuSpec& gpu, bool fp8 = false);
 double gemm_seconds(double m, double n, double k, double groups, double bytes, const GpuSpec& gpu, bool fp8 = false);
+// The same BF16 GEMM at a measured table's burst rates (its sustained fraction left out): what
+// the table's grouped GEMMs, short runs, are held against.
+double gemm_seconds_burst(double m, double n, double k, double groups, double bytes, const GpuSpec& gpu);
 // A measured table's correction of the grouped-GEMM rule (1 without measured grouped GEMMs or for
 // one group): measured seconds over gemm_seconds' at the grid points of the measured (k, n)
 // nearest (k, n) in log2, bilinear in log2 of rows per expert and of experts, clamped to the grid.

@@ -67,8 +67,9 @@ void fill_random(void* p, std::size_t elems, std::uint32_t seed) {
 }
 
 // Fastest of `repeats` runs of `run` after one warm-up, in seconds, by CUDA events.
-template <class F>
-double fastest(cudaStream_t stream, int repeats, F&& run) {
+// `before` is queued ahead of each timed run, outside the events.
+template <class F, class B = void (*)()>
+double fastest(cudaStream_t stream, int repeats, F&& run, B before = [] {}) {
   cudaEvent_t a, b;
   check(cudaEventCreate(&a), "cudaEventCreate");
   check(cudaEventCreate(&b), "cudaEventCreate");
@@ -76,6 +77,7 @@ double fastest(cudaStream_t stream, int repeats, F&& run) {
   check(cudaStreamSynchronize(stream), "warm-up");
   float best = 1e30f;
   for (int r = 0; r < std::max(1, repeats); ++r) {
+    before();
     check(cudaEventRecord(a, stream), "cudaEventRecord");
     run();
     check(cudaEventRecord(b, stream), "cudaEventRecord");
@@ -166,9 +168,6 @@ void measure_grouped(KernelTable& t, const KernelBenchOptions& o, cudaStream_t m
   std::array<cudaEvent_t, kGroupedStreams + 1> fork_join{};
   for (auto& s : side) check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
   for (auto& e : fork_join) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
-  cudaEvent_t a, b;
-  check(cudaEventCreate(&a), "cudaEventCreate");
-  check(cudaEventCreate(&b), "cudaEventCreate");
   auto bf16_at = [](void* base, std::size_t elems) { return static_cast<__nv_bfloat16*>(base) + elems; };
   std::vector<double> host_per_gemm;
   for (int g : o.grouped_experts)
@@ -198,21 +197,13 @@ void measure_grouped(KernelTable& t, const KernelBenchOptions& o, cudaStream_t m
           host = std::min(host, group());
           check(cudaStreamSynchronize(main), "grouped GEMM");
         }
-        float best = 1e30f;
         const auto hold_ns = static_cast<unsigned long long>(2e9 * host) + 100000ull;
-        for (int r = 0; r < std::max(1, o.repeats); ++r) {
-          check(cudaMemsetAsync(flush.p, r & 1, flush_bytes, main), "L2 flush");
+        int flushes = 0;
+        t.grouped_seconds.push_back(fastest(main, o.repeats, group, [&] {
+          check(cudaMemsetAsync(flush.p, ++flushes & 1, flush_bytes, main), "L2 flush");
           hold_kernel<<<1, 1, 0, main>>>(hold_ns);
           check(cudaGetLastError(), "hold kernel");
-          check(cudaEventRecord(a, main), "cudaEventRecord");
-          group();
-          check(cudaEventRecord(b, main), "cudaEventRecord");
-          check(cudaEventSynchronize(b), "cudaEventSynchronize");
-          float ms = 0;
-          check(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
-          best = std::min(best, ms);
-        }
-        t.grouped_seconds.push_back(std::max(1e-9, double(best) * 1e-3));
+        }));
         host_per_gemm.push_back(host / g);
       }
   std::sort(host_per_gemm.begin(), host_per_gemm.end());
@@ -220,8 +211,6 @@ void measure_grouped(KernelTable& t, const KernelBenchOptions& o, cudaStream_t m
   t.grouped_experts = o.grouped_experts;
   t.grouped_rows = o.grouped_rows;
   t.grouped_shapes = o.grouped_shapes;
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
   for (auto& e : fork_join) cudaEventDestroy(e);
   for (auto& s : side) cudaStreamDestroy(s);
   cublasLtDestroy(lt);

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <rapidcheck/catch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -212,6 +213,53 @@ TEST_CASE("a measured sustained rate puts compute-bound kernels and the clock un
   const Kernel experts{KernelKind::GroupedGemm, true, 2048, 2048, 2048, 4, 2 * 4 * 2048.0 * 2048 * 2048, 0};
   CHECK(kernel_seconds(experts, Phase::Forward, false, both.gpu) == Approx(burst_rule / 0.9));
   CHECK(gemm_seconds_burst(2048, 2048, 2048, 4, 0, both.gpu) == Approx(burst_rule));
+}
+
+TEST_CASE("grouped GEMMs measured at a constant multiple of the rule are priced at that multiple everywhere",
+          "[sim][kernels][property]") {
+  // Any grid (1-4 expert counts, 1-4 row counts, 1-3 shapes), every point measured at c times the
+  // rule: the bilinear ratio is c at every rows, experts and (k, n), inside the grid or beyond it.
+  rc::prop("grouped correction of a constant", [] {
+    auto ascending = [](int count, int lo, int hi) {
+      std::vector<int> v = *rc::gen::unique<std::vector<int>>(count, rc::gen::inRange(lo, hi));
+      std::sort(v.begin(), v.end());
+      return v;
+    };
+    const auto experts = ascending(*rc::gen::inRange(1, 5), 2, 65);
+    const auto rows = ascending(*rc::gen::inRange(1, 5), 16, 8193);
+    const int shapes = *rc::gen::inRange(1, 4);
+    const double c = *rc::gen::inRange(50, 400) / 100.0;
+    std::string rates;
+    for (int i = 0; i < 8; ++i) rates += (i ? ", " : "") + std::to_string(300 + 10 * i);
+    const std::string table = R"({"kernel_table": {"sizes": [512, 2048], "gemm_bf16_tflops": [)" + rates +
+                              R"(], "hbm_gbps": 3000)";
+    PlatformSpec plain = preset("dgx-h100");
+    apply_kernel_table(plain, parse_costs_json(table + "}}"));
+    std::vector<std::pair<int, int>> kn;
+    for (int i = 0; i < shapes; ++i) kn.emplace_back(256 << i, 8192 >> i);
+    std::ostringstream j;
+    j.precision(17);
+    j << table << R"(, "grouped": {"experts": [)";
+    for (std::size_t i = 0; i < experts.size(); ++i) j << (i ? ", " : "") << experts[i];
+    j << R"(], "rows": [)";
+    for (std::size_t i = 0; i < rows.size(); ++i) j << (i ? ", " : "") << rows[i];
+    j << R"(], "shapes": [)";
+    for (std::size_t i = 0; i < kn.size(); ++i) j << (i ? ", " : "") << "[" << kn[i].first << ", " << kn[i].second << "]";
+    j << R"(], "seconds": [)";
+    bool first = true;
+    for (int g : experts)
+      for (int m : rows)
+        for (const auto& [k, n] : kn) {
+          j << (first ? "" : ", ") << c * gemm_seconds(m, n, k, g, 2.0 * (g * k * n + g * m * (k + n)), plain.gpu);
+          first = false;
+        }
+    j << "]}}}";
+    PlatformSpec p = preset("dgx-h100");
+    apply_kernel_table(p, parse_costs_json(j.str()));
+    const double g = *rc::gen::inRange(2, 129), m = *rc::gen::inRange(1, 20000);
+    const double k = *rc::gen::inRange(64, 16384), n = *rc::gen::inRange(64, 16384);
+    RC_ASSERT(std::abs(grouped_correction(m, g, k, n, p.gpu) - c) <= 1e-9 * c);
+  });
 }
 
 TEST_CASE("a grouped GEMM runs one GEMM per expert, up to four side by side while their tiles fit",

@@ -119,6 +119,15 @@ int run_gpu(const CalibrateArgs& a) {
   for (std::size_t i = 0; i < n; ++i) std::cout << " " << t.sizes[i] << "^3 " << std::setprecision(1) << rate(i, i, i);
   std::cout << std::defaultfloat << "\n";
   print_grouped(t, costs);
+  if (!t.sharing_sms.empty()) {
+    std::cout << "beside SMs   4096^3 GEMMs' speed beside a kernel holding s SMs"
+              << (t.sms > 0 ? " (the twin's rule (S - s)/S)" : "") << ":";
+    for (std::size_t i = 0; i < t.sharing_sms.size(); ++i) {
+      std::cout << "  " << t.sharing_sms[i] << ": " << std::fixed << std::setprecision(2) << t.sharing_speed[i];
+      if (t.sms > 0) std::cout << " (" << double(t.sms - t.sharing_sms[i]) / t.sms << ")";
+    }
+    std::cout << "\n" << std::defaultfloat;
+  }
   if (t.sustained_fraction > 0)
     std::cout << "sustained    " << t.sustained_size << "^3 BF16 GEMMs back to back: " << std::fixed
               << std::setprecision(1) << t.window_tflops.front() << " TFLOP/s in the first window, "

@@ -3,11 +3,13 @@
 #include "ht/engine/kernel_table.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <stdexcept>
+#include <thread>
 
 #include "ht/engine/cpu/gemm.hpp"
 
@@ -88,6 +90,28 @@ KernelTable measure_host(const KernelBenchOptions& o) {
     }
     t.sustained_fraction = sustained_fraction(t.window_tflops, t.burst_tflops);
   }
+  // GEMMs beside held "SMs": on the host a spinning thread beside the GEMMs (one, whatever s: the
+  // figures describe the CPU, not a GPU's SMs).
+  if (!o.sharing_sms.empty()) {
+    const int e = 4096 / kShrink;
+    std::vector<float> a(static_cast<std::size_t>(e) * e, 0.5f), b(a.size(), 0.25f), c(a.size());
+    auto burst = [&] {
+      for (int i = 0; i < 4; ++i) cpu::matmul(c.data(), a.data(), b.data(), e, e, e);
+    };
+    const double alone = fastest_seconds(reps, burst);
+    for (int held : o.sharing_sms) {
+      std::atomic<bool> stop{false};
+      std::thread spin([&] {
+        while (!stop.load(std::memory_order_relaxed)) {
+        }
+      });
+      const double beside = fastest_seconds(reps, burst);
+      stop = true;
+      spin.join();
+      t.sharing_sms.push_back(held);
+      t.sharing_speed.push_back(alone / beside);
+    }
+  }
   // The host cost of one call: a 1 x 1 x 1 GEMM.
   float one_a = 1, one_b = 1, one_c = 0;
   t.grouped_launch_s = fastest_seconds(reps, [&] { cpu::matmul(&one_c, &one_a, &one_b, 1, 1, 1); });
@@ -112,6 +136,8 @@ KernelTable measure_kernel_table(const KernelBenchOptions& o) {
   };
   if (!ascending(o.grouped_experts) || !ascending(o.grouped_rows) || o.grouped_shapes.empty())
     throw std::runtime_error("kernel table: the grouped-GEMM experts and rows must be ascending and positive");
+  if (!o.sharing_sms.empty() && !ascending(o.sharing_sms))
+    throw std::runtime_error("kernel table: the SMs held beside the GEMMs must be ascending and positive");
   return o.emulate ? measure_host(o) : cuda::measure_kernel_table_cuda(o);
 }
 
@@ -131,6 +157,7 @@ nlohmann::json kernel_table_to_json(const KernelTable& t) {
                     {"seconds", t.grouped_seconds}};
     j["grouped_launch_us"] = t.grouped_launch_s * 1e6;
   }
+  if (!t.sharing_sms.empty()) j["sm_sharing"] = {{"sms", t.sharing_sms}, {"speed", t.sharing_speed}};
   if (t.sustained_fraction > 0)
     j["sustained"] = {{"size", t.sustained_size},
                       {"burst_tflops", t.burst_tflops},
@@ -231,6 +258,22 @@ KernelTable kernel_table_from_json(const nlohmann::json& j) {
           fail("'sustained.window_tflops' must be an array of TFLOP/s");
         t.window_tflops.push_back(v.get<double>());
       }
+    }
+  }
+  if (j.contains("sm_sharing")) {
+    const auto& h = j["sm_sharing"];
+    if (!h.is_object() || !h.contains("sms") || !h.contains("speed") || !h["sms"].is_array() ||
+        !h["speed"].is_array() || h["sms"].empty() || h["sms"].size() > 64 || h["sms"].size() != h["speed"].size())
+      fail("'sm_sharing' must be {\"sms\": [ascending SMs held], \"speed\": [as many speeds in (0, 1.5]]}");
+    for (std::size_t i = 0; i < h["sms"].size(); ++i) {
+      const auto& sms = h["sms"][i];
+      const auto& speed = h["speed"][i];
+      if (!sms.is_number_integer() || sms.get<long long>() < 1 || sms.get<long long>() > 4096 ||
+          (!t.sharing_sms.empty() && sms.get<int>() <= t.sharing_sms.back()) || !speed.is_number() ||
+          !std::isfinite(speed.get<double>()) || speed.get<double>() <= 0 || speed.get<double>() > 1.5)
+        fail("'sm_sharing' must be {\"sms\": [ascending SMs held], \"speed\": [as many speeds in (0, 1.5]]}");
+      t.sharing_sms.push_back(sms.get<int>());
+      t.sharing_speed.push_back(speed.get<double>());
     }
   }
   if (j.contains("sms") && j["sms"].is_number_integer()) t.sms = j["sms"].get<int>();

@@ -84,7 +84,26 @@ double speed_beside_comm(const CostModel& costs, const PlatformSpec& platform, d
   const double sms = platform.gpu.sms;
   if (platform.host_cores > 0 || sms <= 0) return 1;
   const double held = std::min(held_sms, sms - 1);
-  return (sms - held) / sms * platform.gpu.overlap_clock;
+  const MeasuredKernels* m = platform.gpu.measured.get();
+  if (m == nullptr || m->sharing_sms.empty() || held <= 0) return (sms - held) / sms * platform.gpu.overlap_clock;
+  // Measured GEMMs beside held SMs: linear in the SMs held between (0, 1) and the measured
+  // points; beyond the last, that point's speed shrunk as the rule shrinks, (S - s)/(S - s_last).
+  const auto& at = m->sharing_sms;
+  const auto& speed = m->sharing_speed;
+  double share = 0;
+  if (held >= at.back()) {
+    share = speed.back() * (sms - held) / std::max(1.0, sms - at.back());
+  } else {
+    double s0 = 0, v0 = 1;
+    std::size_t i = 0;
+    while (at[i] <= held) {
+      s0 = at[i];
+      v0 = speed[i];
+      ++i;
+    }
+    share = v0 + (speed[i] - v0) * (held - s0) / (at[i] - s0);
+  }
+  return std::min(1.0, share) * platform.gpu.overlap_clock;
 }
 
 double CostModel::host_seconds(const schedule::Work& work, schedule::Phase phase, bool delay_wgrad,
@@ -280,6 +299,24 @@ CostModel parse_costs_json(std::string_view json_text, CostModel base) {
       k.hbm_bytes_per_s = checked("kernel_table.hbm_gbps", number_field(value["hbm_gbps"], "kernel_table.hbm_gbps"), 0) * 1e9;
       if (!(k.hbm_bytes_per_s > 0)) fail("'kernel_table.hbm_gbps' must be positive");
       if (value.contains("grouped")) parse_grouped(value["grouped"], k);
+      if (value.contains("sm_sharing")) {
+        const auto& h = value["sm_sharing"];
+        const std::string what =
+            "'kernel_table.sm_sharing' must be {\"sms\": [ascending SMs held], \"speed\": [as many speeds in (0, "
+            "1.5]]}";
+        if (!h.is_object() || !h.contains("sms") || !h.contains("speed") || !h["sms"].is_array() ||
+            !h["speed"].is_array() || h["sms"].empty() || h["sms"].size() > 64 || h["sms"].size() != h["speed"].size())
+          fail(what);
+        for (std::size_t i = 0; i < h["sms"].size(); ++i) {
+          const double held =
+              checked("kernel_table.sm_sharing.sms", number_field(h["sms"][i], "kernel_table.sm_sharing.sms"), 1);
+          const double speed =
+              checked("kernel_table.sm_sharing.speed", number_field(h["speed"][i], "kernel_table.sm_sharing.speed"), 0);
+          if ((!k.sharing_sms.empty() && held <= k.sharing_sms.back()) || !(speed > 0) || speed > 1.5) fail(what);
+          k.sharing_sms.push_back(held);
+          k.sharing_speed.push_back(speed);
+        }
+      }
       if (value.contains("sustained")) {
         const auto& u = value["sustained"];
         if (!u.is_object() || !u.contains("fraction"))

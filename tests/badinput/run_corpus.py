@@ -401,6 +401,10 @@ CASES = [
      files(**{"c.json": '{"kernel_table": {"sizes": [256, 512], "gemm_bf16_tflops": [1,1,1,1,1,1,1,1], "hbm_gbps": 3000,'
                         ' "sustained": {"fraction": "fast"}}}'}),
      None),
+    ("costs-kernel-table-sm-sharing", 10, 2, ["simulate", "--pattern", "M*E", "--costs", "c.json"], "sm_sharing",
+     files(**{"c.json": '{"kernel_table": {"sizes": [256, 512], "gemm_bf16_tflops": [1,1,1,1,1,1,1,1], "hbm_gbps": 3000,'
+                        ' "sm_sharing": {"sms": [8, 16], "speed": [0.9]}}}'}),
+     None),
     ("calibrate-sustain-alone", 10, 2, ["calibrate", "--sustain", "5"], "--sustain goes with --gpu", None, None),
     ("calibrate-gpu-with-a-trace", 10, 2, ["calibrate", "--gpu", "--trace", "t.json"], "takes no trace", None, None),
     ("calibrate-emulate-alone", 10, 2, ["calibrate", "--emulate"], "--emulate goes with --gpu", None, None),

@@ -44,6 +44,10 @@ execute_process(COMMAND /usr/bin/python3 -c "import sys; sys.exit(0 if ${fractio
 if(NOT sustained EQUAL 0)
   message(FATAL_ERROR "the sustained rate was not measured: fraction ${fraction}, ${windows} windows")
 endif()
+string(JSON shared LENGTH "${text}" kernel_table sm_sharing speed)
+if(NOT shared EQUAL 6)
+  message(FATAL_ERROR "expected the GEMMs' speed beside 6 counts of held SMs, got ${shared}")
+endif()
 # An MoE what-if priced with the table's grouped GEMMs, and with the grouped section taken out
 # (the twin's rule on the table's GEMM rates): the measured groups move its compute.
 set(moe simulate --pattern "*E*E" --hidden 1024 --num-heads 8 --num-kv-heads 8 --head-dim 128 --num-experts 16

@@ -26,6 +26,7 @@ TEST_CASE("the emulated kernel table measures every grid point and round-trips t
   o.grouped_rows = {64, 256, 512};
   o.grouped_shapes = {{256, 512}, {128, 256}};
   o.sustain_seconds = 0.05;
+  o.sharing_sms = {4, 16};
   const KernelTable t = measure_kernel_table(o);
   CHECK(t.emulated);
   CHECK(t.gemm_bf16_tflops.size() == 8);
@@ -41,6 +42,11 @@ TEST_CASE("the emulated kernel table measures every grid point and round-trips t
   CHECK(back.grouped_seconds == t.grouped_seconds);
   CHECK(back.grouped_launch_s == Approx(t.grouped_launch_s));
   CHECK(back.gemm_bf16_tflops == t.gemm_bf16_tflops);
+  CHECK(t.sharing_sms == o.sharing_sms);
+  REQUIRE(t.sharing_speed.size() == 2);
+  for (double v : t.sharing_speed) CHECK(v > 0);
+  CHECK(back.sharing_sms == t.sharing_sms);
+  CHECK(back.sharing_speed == t.sharing_speed);
   REQUIRE(t.window_tflops.size() >= 1);
   CHECK(t.sustained_fraction == Approx(sustained_fraction(t.window_tflops, t.burst_tflops)));
   CHECK(back.window_tflops == t.window_tflops);
@@ -59,6 +65,9 @@ TEST_CASE("the emulated kernel table measures every grid point and round-trips t
   j = kernel_table_to_json(t);
   j["sustained"]["fraction"] = 0.01;
   CHECK_THROWS_WITH(kernel_table_from_json(j), Catch::Contains("[0.3, 2]"));
+  j = kernel_table_to_json(t);
+  j["sm_sharing"]["speed"] = {0.9};
+  CHECK_THROWS_WITH(kernel_table_from_json(j), Catch::Contains("'sm_sharing' must be"));
   // A table with neither grouped GEMMs nor a sustained rate (an older file's) writes neither and
   // reads back.
   KernelTable plain;
@@ -68,6 +77,7 @@ TEST_CASE("the emulated kernel table measures every grid point and round-trips t
   const nlohmann::json pj = kernel_table_to_json(plain);
   CHECK_FALSE(pj.contains("grouped"));
   CHECK_FALSE(pj.contains("sustained"));
+  CHECK_FALSE(pj.contains("sm_sharing"));
   const KernelTable plain_back = kernel_table_from_json(pj);
   CHECK(plain_back.grouped_seconds.empty());
   CHECK(plain_back.sustained_fraction == 0);

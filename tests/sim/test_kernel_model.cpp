@@ -262,6 +262,35 @@ TEST_CASE("grouped GEMMs measured at a constant multiple of the rule are priced 
   });
 }
 
+TEST_CASE("GEMMs measured beside held SMs give the share compute keeps beside a communication kernel",
+          "[sim][kernels]") {
+  // Without a measurement: (S - s)/S at the clock under overlap. With one (GEMMs at 0.9 of their
+  // speed beside 8 held SMs, 0.6 beside 16): linear between (0, 1) and the points, and beyond the
+  // last the rule's shrinking, (S - s)/(S - 16), all at the same clock.
+  std::string rates;
+  for (int i = 0; i < 8; ++i) rates += (i ? ", " : "") + std::to_string(100 + i);
+  const std::string table =
+      R"({"kernel_table": {"sizes": [512, 2048], "gemm_bf16_tflops": [)" + rates + R"(], "hbm_gbps": 2000)";
+  const CostModel none;
+  PlatformSpec rule = preset("dgx-h100");
+  apply_kernel_table(rule, parse_costs_json(table + "}}"));
+  const double c = 1575.0 / 1980;
+  CHECK(speed_beside_comm(none, rule, 20) == Approx(112.0 / 132 * c));
+  PlatformSpec p = preset("dgx-h100");
+  apply_kernel_table(p, parse_costs_json(table + R"(, "sm_sharing": {"sms": [8, 16], "speed": [0.9, 0.6]}}})"));
+  CHECK(speed_beside_comm(none, p, 16) == Approx(0.6 * c));
+  CHECK(speed_beside_comm(none, p, 12) == Approx(0.75 * c));
+  CHECK(speed_beside_comm(none, p, 4) == Approx(0.95 * c));
+  CHECK(speed_beside_comm(none, p, 32) == Approx(0.6 * (132.0 - 32) / (132 - 16) * c));
+  CHECK(speed_beside_comm(none, p, 0) == Approx(c));
+  // A calibrated interference factor still wins.
+  CostModel calibrated;
+  calibrated.interference_factor = 2;
+  CHECK(speed_beside_comm(calibrated, p, 16) == Approx(0.5));
+  CHECK_THROWS_WITH(parse_costs_json(table + R"(, "sm_sharing": {"sms": [16, 8], "speed": [0.9, 0.6]}}})"),
+                    Catch::Contains("sm_sharing"));
+}
+
 TEST_CASE("a grouped GEMM runs one GEMM per expert, up to four side by side while their tiles fit",
           "[sim][kernels]") {
   const GpuSpec h100 = preset("dgx-h100").gpu;

@@ -66,6 +66,27 @@ void fill_random(void* p, std::size_t elems, std::uint32_t seed) {
   check(cudaDeviceSynchronize(), "fill kernel");
 }
 
+// A square BF16 GEMM (edge^3) on random operands, run on the handle's stream.
+struct SquareGemm {
+  int edge;
+  Device a, b, c;
+  SquareGemm(int e, std::uint32_t seed)
+      : edge(e),
+        a(std::size_t(e) * e * sizeof(__nv_bfloat16)),
+        b(std::size_t(e) * e * sizeof(__nv_bfloat16)),
+        c(std::size_t(e) * e * sizeof(__nv_bfloat16)) {
+    fill_random(a.p, std::size_t(e) * e, seed);
+    fill_random(b.p, std::size_t(e) * e, seed + 1);
+  }
+  double flops() const { return 2.0 * edge * double(edge) * edge; }
+  void run(cublasHandle_t blas) const {
+    const float alpha = 1, beta = 0;
+    check(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, edge, edge, edge, &alpha, b.p, CUDA_R_16BF, edge, a.p,
+                       CUDA_R_16BF, edge, &beta, c.p, CUDA_R_16BF, edge, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+          "cublasGemmEx (bf16)");
+  }
+};
+
 // Fastest of `repeats` runs of `run` after one warm-up, in seconds, by CUDA events.
 // `before` is queued ahead of each timed run, outside the events.
 template <class F, class B = void (*)()>
@@ -130,15 +151,19 @@ void lt_gemm(cublasLtHandle_t lt, const void* w, const void* x, void* y, int row
   cublasLtMatmulDescDestroy(op);
 }
 
-// Holds the stream for `ns` nanoseconds of the GPU's global timer (one thread): work queued behind
-// it starts only once the host has issued all of it, so events around that work time the GPU.
-__global__ void hold_kernel(unsigned long long ns) {
+// Spins for `ns` nanoseconds of the GPU's global timer. One block holds its stream: work queued
+// behind it starts only once the host has issued all of it, so events around that work time the
+// GPU. Blocks launched with all the shared memory a block may take each own the SM they land on
+// (no other block fits beside them): a communication kernel's hold on its SMs, without its traffic.
+__global__ void spin_kernel(unsigned long long ns) {
+  extern __shared__ unsigned char owned[];
   unsigned long long start = 0, now = 0;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
   do {
     __nanosleep(1000);
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
   } while (now - start < ns);
+  if (threadIdx.x == 0 && now == 0) owned[0] = 1;  // keeps the allocation; never true
 }
 
 // The grouped-GEMM grid (kernel_table.hpp). For each point: the host time of TE's loop over the
@@ -201,8 +226,8 @@ void measure_grouped(KernelTable& t, const KernelBenchOptions& o, cudaStream_t m
         int flushes = 0;
         t.grouped_seconds.push_back(fastest(main, o.repeats, group, [&] {
           check(cudaMemsetAsync(flush.p, ++flushes & 1, flush_bytes, main), "L2 flush");
-          hold_kernel<<<1, 1, 0, main>>>(hold_ns);
-          check(cudaGetLastError(), "hold kernel");
+          spin_kernel<<<1, 1, 0, main>>>(hold_ns);
+          check(cudaGetLastError(), "spin kernel");
         }));
         host_per_gemm.push_back(host / g);
       }
@@ -221,25 +246,16 @@ void measure_grouped(KernelTable& t, const KernelBenchOptions& o, cudaStream_t m
 // Last, so that every table above was measured before the GPU had run hot for seconds.
 void measure_sustained(KernelTable& t, const KernelBenchOptions& o, cublasHandle_t blas, cudaStream_t stream) {
   if (!(o.sustain_seconds > 0)) return;
-  constexpr int kEdge = 8192;
-  const std::size_t elems = std::size_t(kEdge) * kEdge;
-  Device a(elems * sizeof(__nv_bfloat16)), b(elems * sizeof(__nv_bfloat16)), c(elems * sizeof(__nv_bfloat16));
-  fill_random(a.p, elems, 5);
-  fill_random(b.p, elems, 6);
-  const float alpha = 1, beta = 0;
-  auto gemm = [&] {
-    check(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, kEdge, kEdge, kEdge, &alpha, b.p, CUDA_R_16BF, kEdge, a.p,
-                       CUDA_R_16BF, kEdge, &beta, c.p, CUDA_R_16BF, kEdge, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-          "cublasGemmEx (bf16)");
-  };
-  const double flops = 2.0 * elems * kEdge;
+  const SquareGemm square(8192, 5);
+  auto gemm = [&] { square.run(blas); };
+  const double flops = square.flops();
   // The burst: the median of single GEMMs, each timed alone after an idle sync (a median, as the
   // windows' figure is a mean: the fastest of several would bias the fraction below 1).
   std::vector<double> singles;
   for (int r = 0; r < std::max(3, o.repeats); ++r) singles.push_back(fastest(stream, 0, gemm));
   std::sort(singles.begin(), singles.end());
   const double burst = singles[singles.size() / 2];
-  t.sustained_size = kEdge;
+  t.sustained_size = square.edge;
   t.burst_tflops = flops / burst / 1e12;
   // GEMMs per window: about half a second at the burst rate.
   const int per_window = std::max(1, static_cast<int>(0.5 / burst));
@@ -261,6 +277,39 @@ void measure_sustained(KernelTable& t, const KernelBenchOptions& o, cublasHandle
   cudaEventDestroy(w0);
   cudaEventDestroy(w1);
   t.sustained_fraction = sustained_fraction(t.window_tflops, t.burst_tflops);
+}
+
+// GEMMs beside held SMs (kernel_table.hpp): 8 back-to-back 4096^3 GEMMs, alone and beside an
+// occupier of `held` SMs launched first on another stream and held three times as long as the
+// GEMMs take alone (so that they run inside it unless they wait for its SMs), the fastest of
+// `repeats` each way.
+void measure_sharing(KernelTable& t, const KernelBenchOptions& o, cublasHandle_t blas, cudaStream_t stream,
+                     const cudaDeviceProp& prop) {
+  if (o.sharing_sms.empty()) return;
+  constexpr int kGemms = 8;
+  const SquareGemm square(4096, 7);
+  auto gemms = [&] {
+    for (int i = 0; i < kGemms; ++i) square.run(blas);
+  };
+  const double alone = fastest(stream, o.repeats, gemms);
+  const int smem = static_cast<int>(prop.sharedMemPerBlockOptin);
+  check(cudaFuncSetAttribute(spin_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+        "cudaFuncSetAttribute (occupier shared memory)");
+  cudaStream_t side;
+  check(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), "cudaStreamCreate");
+  const auto hold_ns = static_cast<unsigned long long>(3e9 * alone) + 1000000ull;
+  for (int held : o.sharing_sms) {
+    if (held >= prop.multiProcessorCount) break;
+    const double beside = fastest(stream, o.repeats, gemms, [&] {
+      check(cudaStreamSynchronize(side), "occupier");
+      spin_kernel<<<held, 32, smem, side>>>(hold_ns);
+      check(cudaGetLastError(), "spin kernel (occupier)");
+    });
+    check(cudaStreamSynchronize(side), "occupier");
+    t.sharing_sms.push_back(held);
+    t.sharing_speed.push_back(alone / beside);
+  }
+  cudaStreamDestroy(side);
 }
 
 }  // namespace
@@ -311,6 +360,7 @@ KernelTable measure_kernel_table_cuda(const KernelBenchOptions& o) {
   });
   t.hbm_bytes_per_s = 2.0 * double(bytes) / s;
   measure_grouped(t, o, stream, static_cast<std::size_t>(std::max(0, prop.l2CacheSize)));
+  measure_sharing(t, o, blas, stream, prop);
   measure_sustained(t, o, blas, stream);
   cublasDestroy(blas);
   cudaStreamDestroy(stream);

@@ -18,6 +18,11 @@
 //    window of about half a second, against the median single one (the burst rate every table
 //    above is, like OpenXLA's and MAMF's): a GPU under sustained tensor-core load holds a lower
 //    clock than a short benchmark sees (power and heat), and training is sustained load;
+//  - GEMMs beside held SMs: 4096^3 BF16 GEMMs back to back while a kernel of s CTAs, each owning
+//    an SM (all the shared memory a block may take) and spinning, holds s SMs, as a communication
+//    kernel holds its SMs (NCCL 16, DeepEP 20, HybridEP 8, a p2p send 2): the GEMMs' rate beside
+//    it over their rate alone. The twin's rule is (S - s)/S; a GEMM whose CTAs cannot all be
+//    resident (persistent kernels sized to the SM count, waves) may do worse;
 //  - the device's name, SM count and memory.
 // The host emulation runs the same sequence on the CPU (float32 GEMMs with every size divided by
 // 16, a memcpy for the bandwidth, the experts' GEMMs one after the other) so that the program and
@@ -56,6 +61,9 @@ struct KernelTable {
   double burst_tflops = 0;
   std::vector<double> window_tflops;
   double sustained_fraction = 0;
+  // GEMMs beside held SMs: SMs held, and the GEMMs' rate beside them over alone (empty: not measured).
+  std::vector<int> sharing_sms;
+  std::vector<double> sharing_speed;
 };
 
 struct KernelBenchOptions {
@@ -69,6 +77,7 @@ struct KernelBenchOptions {
   std::vector<int> grouped_rows{128, 512, 2048};
   std::vector<std::pair<int, int>> grouped_shapes{{4096, 3072}, {1536, 4096}, {2048, 1536}, {768, 2048}};
   double sustain_seconds = 10;  // back-to-back GEMMs for the sustained rate (0: not measured)
+  std::vector<int> sharing_sms{2, 8, 16, 20, 24, 32};  // SMs held beside the GEMMs (empty: not measured)
 };
 
 // The sustained figures from the windows' rates and the burst rate: the mean of the last quarter

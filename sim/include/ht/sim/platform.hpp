@@ -88,6 +88,9 @@ struct MeasuredKernels {
   // FLA's) is a burst figure; apply_kernel_table puts the GPU's compute-bound kernels at this
   // fraction of them and its clock under overlap relative to it.
   double sustained_fraction = 0;
+  // GEMMs beside held SMs: the SMs an occupier held and the GEMMs' speed beside it over alone
+  // (empty: not measured); speed_beside_comm takes them for the SM share instead of (S - s)/S.
+  std::vector<double> sharing_sms, sharing_speed;
   bool operator==(const MeasuredKernels&) const = default;
 };
 

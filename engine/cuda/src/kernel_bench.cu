@@ -155,14 +155,19 @@ void lt_gemm(cublasLtHandle_t lt, const void* w, const void* x, void* y, int row
 // behind it starts only once the host has issued all of it, so events around that work time the
 // GPU. Blocks launched with all the shared memory a block may take each own the SM they land on
 // (no other block fits beside them): a communication kernel's hold on its SMs, without its traffic.
-__global__ void spin_kernel(unsigned long long ns) {
+__global__ void spin_kernel(unsigned long long ns, volatile unsigned* ready, const volatile unsigned* stop) {
   extern __shared__ unsigned char owned[];
   unsigned long long start = 0, now = 0;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  // Resident: each block says so in its own slot of mapped host memory (see Occupier).
+  if (ready != nullptr && threadIdx.x == 0) {
+    ready[blockIdx.x] = 1;
+    __threadfence_system();
+  }
   do {
     __nanosleep(1000);
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-  } while (now - start < ns);
+  } while (now - start < ns && (stop == nullptr || *stop == 0));
   if (threadIdx.x == 0 && now == 0) owned[0] = 1;  // keeps the allocation; never true
 }
 
@@ -226,7 +231,7 @@ void measure_grouped(KernelTable& t, const KernelBenchOptions& o, cudaStream_t m
         int flushes = 0;
         t.grouped_seconds.push_back(fastest(main, o.repeats, group, [&] {
           check(cudaMemsetAsync(flush.p, ++flushes & 1, flush_bytes, main), "L2 flush");
-          spin_kernel<<<1, 1, 0, main>>>(hold_ns);
+          spin_kernel<<<1, 1, 0, main>>>(hold_ns, nullptr, nullptr);
           check(cudaGetLastError(), "spin kernel");
         }));
         host_per_gemm.push_back(host / g);
@@ -283,6 +288,63 @@ void measure_sustained(KernelTable& t, const KernelBenchOptions& o, cublasHandle
 // occupier of `held` SMs launched first on another stream and held three times as long as the
 // GEMMs take alone (so that they run inside it unless they wait for its SMs), the fastest of
 // `repeats` each way.
+// A kernel of `held` blocks that each own an SM (spin_kernel with all the shared memory a block may
+// take), on a stream of the highest priority, started only once every block is resident (the
+// blocks mark mapped host memory; the host waits for all of them) and stopped by the host, with a
+// deadline as a fallback.
+class Occupier {
+ public:
+  Occupier(const cudaDeviceProp& prop, int most) : smem_(static_cast<int>(prop.sharedMemPerBlockOptin)) {
+    check(cudaFuncSetAttribute(spin_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_),
+          "cudaFuncSetAttribute (occupier shared memory)");
+    int per_sm = 0;
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, spin_kernel, 32, smem_), "occupancy");
+    if (per_sm != 1) throw std::runtime_error("an occupier block cannot own an SM on this GPU");
+    int least = 0, greatest = 0;
+    check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
+    check(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest), "cudaStreamCreateWithPriority");
+    check(cudaHostAlloc(&flags_, (std::size_t(most) + 1) * sizeof(unsigned), cudaHostAllocMapped), "cudaHostAlloc");
+    check(cudaHostGetDevicePointer(&device_flags_, flags_, 0), "cudaHostGetDevicePointer");
+  }
+  ~Occupier() {
+    release();
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+    cudaFreeHost(flags_);
+  }
+  Occupier(const Occupier&) = delete;
+  Occupier& operator=(const Occupier&) = delete;
+
+  // Holds `held` SMs from now until release() or `deadline_ns`.
+  void hold(int held, unsigned long long deadline_ns) {
+    release();
+    check(cudaStreamSynchronize(stream_), "occupier");
+    volatile unsigned* f = flags_;
+    for (int i = 0; i <= held; ++i) f[i] = 0;  // f[held]: the stop word
+    spin_kernel<<<held, 32, smem_, stream_>>>(deadline_ns, device_flags_, device_flags_ + held);
+    check(cudaGetLastError(), "spin kernel (occupier)");
+    stop_ = held;
+    const auto start = std::chrono::steady_clock::now();
+    for (int resident = 0; resident < held;) {
+      resident = 0;
+      for (int i = 0; i < held; ++i) resident += f[i] != 0;
+      if (std::chrono::steady_clock::now() - start > std::chrono::seconds(2))
+        throw std::runtime_error("the occupier's blocks did not all become resident");
+    }
+  }
+  void release() {
+    if (stop_ >= 0) static_cast<volatile unsigned*>(flags_)[stop_] = 1;
+    stop_ = -1;
+  }
+
+ private:
+  int smem_;
+  cudaStream_t stream_ = nullptr;
+  unsigned* flags_ = nullptr;
+  unsigned* device_flags_ = nullptr;
+  int stop_ = -1;
+};
+
 void measure_sharing(KernelTable& t, const KernelBenchOptions& o, cublasHandle_t blas, cudaStream_t stream,
                      const cudaDeviceProp& prop) {
   if (o.sharing_sms.empty()) return;
@@ -292,24 +354,18 @@ void measure_sharing(KernelTable& t, const KernelBenchOptions& o, cublasHandle_t
     for (int i = 0; i < kGemms; ++i) square.run(blas);
   };
   const double alone = fastest(stream, o.repeats, gemms);
-  const int smem = static_cast<int>(prop.sharedMemPerBlockOptin);
-  check(cudaFuncSetAttribute(spin_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-        "cudaFuncSetAttribute (occupier shared memory)");
-  cudaStream_t side;
-  check(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), "cudaStreamCreate");
-  const auto hold_ns = static_cast<unsigned long long>(3e9 * alone) + 1000000ull;
+  Occupier occupier(prop, o.sharing_sms.back());
+  // The deadline only guards a host that never stops it: the GEMMs must end well inside it.
+  const auto deadline_ns = static_cast<unsigned long long>(20e9 * alone) + 20000000ull;
   for (int held : o.sharing_sms) {
     if (held >= prop.multiProcessorCount) break;
-    const double beside = fastest(stream, o.repeats, gemms, [&] {
-      check(cudaStreamSynchronize(side), "occupier");
-      spin_kernel<<<held, 32, smem, side>>>(hold_ns);
-      check(cudaGetLastError(), "spin kernel (occupier)");
-    });
-    check(cudaStreamSynchronize(side), "occupier");
+    const double beside = fastest(stream, o.repeats, gemms, [&] { occupier.hold(held, deadline_ns); });
+    occupier.release();
+    if (beside * 1e9 > 0.5 * double(deadline_ns))
+      throw std::runtime_error("GEMMs beside " + std::to_string(held) + " held SMs outlasted the occupier");
     t.sharing_sms.push_back(held);
     t.sharing_speed.push_back(alone / beside);
   }
-  cudaStreamDestroy(side);
 }
 
 }  // namespace

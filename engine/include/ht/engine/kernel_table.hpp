@@ -19,7 +19,8 @@
 //    above is, like OpenXLA's and MAMF's): a GPU under sustained tensor-core load holds a lower
 //    clock than a short benchmark sees (power and heat), and training is sustained load;
 //  - GEMMs beside held SMs: 4096^3 BF16 GEMMs back to back while a kernel of s CTAs, each owning
-//    an SM (all the shared memory a block may take) and spinning, holds s SMs, as a communication
+//    an SM (all the shared memory a block may take), resident before the GEMMs are issued and
+//    spinning until they are done, holds s SMs, as a communication
 //    kernel holds its SMs (NCCL 16, DeepEP 20, HybridEP 8, a p2p send 2): the GEMMs' rate beside
 //    it over their rate alone. The twin's rule is (S - s)/S; a GEMM whose CTAs cannot all be
 //    resident (persistent kernels sized to the SM count, waves) may do worse;

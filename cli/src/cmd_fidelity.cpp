@@ -353,7 +353,8 @@ int run(const FidelityArgs& a) {
       const std::string key = m["metric"];
       const int digits = key == "model_tflops_per_gpu" ? 1 : 3;
       std::cout << std::left << std::setw(22) << key << std::right << std::setw(12) << fixed(m["measured"], digits)
-                << std::setw(12) << fixed(m["predicted"], digits) << std::setw(10) << signed_pct(m["error"]) << "\n";
+                << std::setw(12) << fixed(m["predicted"], digits) << " " << std::setw(9) << signed_pct(m["error"])
+                << "\n";
     }
   }
   std::cout << "\n" << headline_errors.size() << " runs compared: median |error| " << fixed(100 * med, 1)

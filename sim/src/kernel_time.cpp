@@ -196,7 +196,7 @@ double grouped_correction(double rows, double groups, double k, double n, const 
       shape = i;
     }
   }
-  const auto [mk, mn] = t.grouped_shapes[shape];
+  const double mk = t.grouped_shapes[shape].first, mn = t.grouped_shapes[shape].second;
   // Measured over this model's rule (gemm_seconds on the same table) at one grid point.
   auto ratio = [&](std::size_t ie, std::size_t ir) {
     const double g = t.grouped_experts[ie], m = t.grouped_rows[ir];

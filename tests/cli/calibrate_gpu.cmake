@@ -2,6 +2,20 @@
 # --emulate writes a kernel table (the host emulation's) that simulate --costs prices with: the
 # same what-if then computes at the CPU's GEMM rates, hundreds of times slower than an H100's;
 # a kernel table with the wrong number of rates is refused in one line with exit 2.
+# Fails with `message` unless the Python expression `condition` (numbers substituted) is true.
+function(require condition message)
+  execute_process(COMMAND /usr/bin/python3 -c "import sys; sys.exit(0 if ${condition} else 1)" RESULT_VARIABLE ok)
+  if(NOT ok EQUAL 0)
+    message(FATAL_ERROR "${message}")
+  endif()
+endfunction()
+# Fails unless the array at the JSON path (the arguments after `expected`) of `json` holds `expected` items.
+function(require_length json expected what)
+  string(JSON n LENGTH "${json}" ${ARGN})
+  if(NOT n EQUAL expected)
+    message(FATAL_ERROR "expected ${expected} ${what}, got ${n}")
+  endif()
+endfunction()
 execute_process(COMMAND ${BIN} calibrate --gpu RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(rc EQUAL 0)
   if(NOT out MATCHES "BF16 GEMM")
@@ -24,30 +38,14 @@ if(NOT rc EQUAL 0 OR NOT EXISTS ${table})
   message(FATAL_ERROR "calibrate --gpu --emulate failed (${rc}): ${err}")
 endif()
 file(READ ${table} text)
-string(JSON rates LENGTH "${text}" kernel_table gemm_bf16_tflops)
-if(NOT rates EQUAL 125)
-  message(FATAL_ERROR "expected 125 GEMM rates (5 sizes cubed), got ${rates}")
-endif()
-string(JSON grouped LENGTH "${text}" kernel_table grouped seconds)
-if(NOT grouped EQUAL 48)
-  message(FATAL_ERROR "expected 48 grouped GEMM times (4 expert counts x 3 row counts x 4 shapes), got ${grouped}")
-endif()
+require_length("${text}" 125 "GEMM rates (5 sizes cubed)" kernel_table gemm_bf16_tflops)
+require_length("${text}" 48 "grouped GEMM times (4 expert counts x 3 row counts x 4 shapes)" kernel_table grouped seconds)
+require_length("${text}" 6 "speeds of the GEMMs beside held SMs (6 counts)" kernel_table sm_sharing speed)
 string(JSON launch GET "${text}" kernel_table grouped_launch_us)
-execute_process(COMMAND /usr/bin/python3 -c "import sys; sys.exit(0 if ${launch} > 0 else 1)" RESULT_VARIABLE positive)
-if(NOT positive EQUAL 0)
-  message(FATAL_ERROR "the host time of TE's loop was not measured: ${launch}")
-endif()
+require("${launch} > 0" "the host time of TE's loop was not measured: ${launch}")
 string(JSON fraction GET "${text}" kernel_table sustained fraction)
 string(JSON windows LENGTH "${text}" kernel_table sustained window_tflops)
-execute_process(COMMAND /usr/bin/python3 -c "import sys; sys.exit(0 if ${fraction} > 0 and ${windows} >= 1 else 1)"
-                RESULT_VARIABLE sustained)
-if(NOT sustained EQUAL 0)
-  message(FATAL_ERROR "the sustained rate was not measured: fraction ${fraction}, ${windows} windows")
-endif()
-string(JSON shared LENGTH "${text}" kernel_table sm_sharing speed)
-if(NOT shared EQUAL 6)
-  message(FATAL_ERROR "expected the GEMMs' speed beside 6 counts of held SMs, got ${shared}")
-endif()
+require("${fraction} > 0 and ${windows} >= 1" "the sustained rate was not measured: fraction ${fraction}, ${windows} windows")
 # An MoE what-if priced with the table's grouped GEMMs, and with the grouped section taken out
 # (the twin's rule on the table's GEMM rates): the measured groups move its compute.
 set(moe simulate --pattern "*E*E" --hidden 1024 --num-heads 8 --num-kv-heads 8 --head-dim 128 --num-experts 16
@@ -78,11 +76,8 @@ if(NOT busy_measured GREATER 0 OR NOT busy_spec GREATER 0)
   message(FATAL_ERROR "compute busy missing: ${busy_spec} ${busy_measured}")
 endif()
 # The CPU's GEMMs (well under 1 TFLOP/s) against the H100 table's hundreds.
-execute_process(COMMAND /usr/bin/python3 -c "import sys; sys.exit(0 if ${busy_measured} > 100 * ${busy_spec} else 1)"
-                RESULT_VARIABLE slower)
-if(NOT slower EQUAL 0)
-  message(FATAL_ERROR "the emulated table did not price the GEMMs: compute ${busy_measured} s with it, ${busy_spec} s without")
-endif()
+require("${busy_measured} > 100 * ${busy_spec}"
+        "the emulated table did not price the GEMMs: compute ${busy_measured} s with it, ${busy_spec} s without")
 # A table with one rate too few.
 string(JSON text REMOVE "${text}" kernel_table gemm_bf16_tflops 0)
 file(WRITE ${WORK}/kernel-table-bad.json "${text}")

@@ -28,8 +28,24 @@ double fastest_seconds(int repeats, F&& run) {
   return std::max(best, 1e-9);
 }
 
+constexpr int kShrink = 16;  // 4096 -> 256: the whole grid in seconds on a CPU
+
+// The host emulation's stand-in for a GPU GEMM of m x n x k: float32 on the CPU at 1/16 of each size.
+struct HostGemm {
+  int m, n, k;
+  std::vector<float> a, b, c;
+  HostGemm(int full_m, int full_n, int full_k)
+      : m(std::max(1, full_m / kShrink)),
+        n(std::max(1, full_n / kShrink)),
+        k(std::max(1, full_k / kShrink)),
+        a(static_cast<std::size_t>(m) * k, 0.5f),
+        b(static_cast<std::size_t>(k) * n, 0.25f),
+        c(static_cast<std::size_t>(m) * n) {}
+  void run() { cpu::matmul(c.data(), a.data(), b.data(), m, n, k); }
+  double flops() const { return 2.0 * m * double(n) * k; }
+};
+
 KernelTable measure_host(const KernelBenchOptions& o) {
-  constexpr int kShrink = 16;  // 4096 -> 256: the whole grid in seconds on a CPU
   KernelTable t;
   t.device = "host emulation (CPU float32 GEMMs at 1/16 of each size)";
   t.emulated = true;
@@ -38,11 +54,8 @@ KernelTable measure_host(const KernelBenchOptions& o) {
   for (int m : o.sizes)
     for (int n : o.sizes)
       for (int k : o.sizes) {
-        const int sm = std::max(1, m / kShrink), sn = std::max(1, n / kShrink), sk = std::max(1, k / kShrink);
-        std::vector<float> a(static_cast<std::size_t>(sm) * sk, 0.5f), b(static_cast<std::size_t>(sk) * sn, 0.25f),
-            c(static_cast<std::size_t>(sm) * sn);
-        const double s = fastest_seconds(reps, [&] { cpu::matmul(c.data(), a.data(), b.data(), sm, sn, sk); });
-        t.gemm_bf16_tflops.push_back(2.0 * sm * sn * sk / s / 1e12);
+        HostGemm g(m, n, k);
+        t.gemm_bf16_tflops.push_back(g.flops() / fastest_seconds(reps, [&] { g.run(); }) / 1e12);
       }
   std::vector<char> from(std::size_t{64} << 20, 1), to(from.size());
   const double s = fastest_seconds(reps, [&] { std::memcpy(to.data(), from.data(), from.size()); });
@@ -55,24 +68,20 @@ KernelTable measure_host(const KernelBenchOptions& o) {
   for (int experts : o.grouped_experts)
     for (int rows : o.grouped_rows)
       for (const auto& [k, n] : o.grouped_shapes) {
-        const int sm = std::max(1, rows / kShrink), sn = std::max(1, n / kShrink), sk = std::max(1, k / kShrink);
-        std::vector<float> a(static_cast<std::size_t>(sm) * sk, 0.5f), b(static_cast<std::size_t>(sk) * sn, 0.25f),
-            c(static_cast<std::size_t>(sm) * sn);
+        HostGemm g(rows, n, k);
         const double shrunk = fastest_seconds(reps, [&] {
-          for (int e = 0; e < experts; ++e) cpu::matmul(c.data(), a.data(), b.data(), sm, sn, sk);
+          for (int e = 0; e < experts; ++e) g.run();
         });
-        t.grouped_seconds.push_back(shrunk * (double(rows) * k * n) / (double(sm) * sk * sn));
+        t.grouped_seconds.push_back(shrunk * (2.0 * rows * double(k) * n) / g.flops());
       }
   // Sustained rate: back-to-back GEMMs at 1/16 of 8192 in windows of a twentieth of the time.
   if (o.sustain_seconds > 0) {
-    const int e = 8192 / kShrink;
-    std::vector<float> a(static_cast<std::size_t>(e) * e, 0.5f), b(a.size(), 0.25f), c(a.size());
-    const double flops = 2.0 * e * double(e) * e;
+    HostGemm g(8192, 8192, 8192);
+    const double flops = g.flops();
     t.sustained_size = 8192;
     // The burst: the median of single GEMMs (as on the GPU).
     std::vector<double> singles;
-    for (int r = 0; r < 3; ++r)
-      singles.push_back(fastest_seconds(0, [&] { cpu::matmul(c.data(), a.data(), b.data(), e, e, e); }));
+    for (int r = 0; r < 3; ++r) singles.push_back(fastest_seconds(0, [&] { g.run(); }));
     std::sort(singles.begin(), singles.end());
     t.burst_tflops = flops / singles[1] / 1e12;
     const auto start = std::chrono::steady_clock::now();
@@ -82,7 +91,7 @@ KernelTable measure_host(const KernelBenchOptions& o) {
       int runs = 0;
       double elapsed = 0;
       do {
-        cpu::matmul(c.data(), a.data(), b.data(), e, e, e);
+        g.run();
         ++runs;
         elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
       } while (elapsed < window);
@@ -93,10 +102,9 @@ KernelTable measure_host(const KernelBenchOptions& o) {
   // GEMMs beside held "SMs": on the host a spinning thread beside the GEMMs (one, whatever s: the
   // figures describe the CPU, not a GPU's SMs).
   if (!o.sharing_sms.empty()) {
-    const int e = 4096 / kShrink;
-    std::vector<float> a(static_cast<std::size_t>(e) * e, 0.5f), b(a.size(), 0.25f), c(a.size());
+    HostGemm g(4096, 4096, 4096);
     auto burst = [&] {
-      for (int i = 0; i < 4; ++i) cpu::matmul(c.data(), a.data(), b.data(), e, e, e);
+      for (int i = 0; i < 4; ++i) g.run();
     };
     const double alone = fastest_seconds(reps, burst);
     for (int held : o.sharing_sms) {
@@ -113,8 +121,8 @@ KernelTable measure_host(const KernelBenchOptions& o) {
     }
   }
   // The host cost of one call: a 1 x 1 x 1 GEMM.
-  float one_a = 1, one_b = 1, one_c = 0;
-  t.grouped_launch_s = fastest_seconds(reps, [&] { cpu::matmul(&one_c, &one_a, &one_b, 1, 1, 1); });
+  HostGemm one(1, 1, 1);
+  t.grouped_launch_s = fastest_seconds(reps, [&] { one.run(); });
   return t;
 }
 

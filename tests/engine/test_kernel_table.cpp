@@ -16,6 +16,14 @@ TEST_CASE("the sustained fraction is the last quarter of the windows over the bu
   CHECK(sustained_fraction({90}, 0) == 0);
 }
 
+TEST_CASE("the speed beside held SMs is alone over beside, and never above 1", "[engine][calibrate]") {
+  CHECK(sharing_speed(1.0, 2.0) == Approx(0.5));
+  CHECK(sharing_speed(3.0, 4.0) == Approx(0.75));
+  CHECK(sharing_speed(1.0, 1.0) == 1.0);
+  // A noisy alone (slower than beside) is no speed-up.
+  CHECK(sharing_speed(1.6, 1.0) == 1.0);
+}
+
 TEST_CASE("the emulated kernel table measures every grid point and round-trips through its JSON",
           "[engine][calibrate]") {
   KernelBenchOptions o;
@@ -44,7 +52,7 @@ TEST_CASE("the emulated kernel table measures every grid point and round-trips t
   CHECK(back.gemm_bf16_tflops == t.gemm_bf16_tflops);
   CHECK(t.sharing_sms == o.sharing_sms);
   REQUIRE(t.sharing_speed.size() == 2);
-  for (double v : t.sharing_speed) CHECK(v > 0);
+  for (double v : t.sharing_speed) CHECK((v > 0 && v <= 1));
   CHECK(back.sharing_sms == t.sharing_sms);
   CHECK(back.sharing_speed == t.sharing_speed);
   REQUIRE(t.window_tflops.size() >= 1);

@@ -85,6 +85,11 @@ struct KernelBenchOptions {
 // of the windows (at least one) over the burst.
 double sustained_fraction(const std::vector<double>& window_tflops, double burst_tflops);
 
+// The GEMMs' speed beside held SMs: the fastest time alone (measured again before each count held,
+// so a burst of noise on one side cannot pass for a speed-up) over the time beside. Held SMs only
+// take from the GEMMs, so a ratio above 1 is timing noise and reads 1.
+double sharing_speed(double fastest_alone_seconds, double beside_seconds);
+
 // On GPU 0 (throws std::runtime_error without a usable GPU or without the CUDA backend), or the
 // host emulation.
 KernelTable measure_kernel_table(const KernelBenchOptions& options);

@@ -103,9 +103,14 @@ int run_gpu(const CalibrateArgs& a) {
                                     << " BF16 GEMM shapes, HBM and "
                                     << o.grouped_experts.size() * o.grouped_rows.size() * o.grouped_shapes.size()
                                     << " grouped GEMMs" << (a.emulate ? " on the host emulation" : "") << "...";
-  const engine::KernelTable t = engine::measure_kernel_table(o);
+  engine::KernelTable t = engine::measure_kernel_table(o);
+  // A part measured out of range (a shared or throttled GPU) is left out, and the rest written.
+  for (const std::string& why : engine::drop_unreadable_parts(t)) io::log::warning() << "calibrate --gpu: " << why;
   nlohmann::json costs = {{"_comment", "written by `hybrid-twin calibrate --gpu`; read by `hybrid-twin simulate --costs`"},
                           {"kernel_table", engine::kernel_table_to_json(t)}};
+#ifdef HT_CLI_SIM
+  sim::parse_costs_json(costs.dump());  // what simulate --costs reads: refused here, never written
+#endif
   if (!a.output.empty()) io::write_output_file(a.output, "kernel table", costs.dump(1) + "\n");
   if (a.json) {
     std::cout << costs.dump(2) << "\n";

@@ -295,4 +295,53 @@ KernelTable kernel_table_from_json(const nlohmann::json& j) {
   return t;
 }
 
+std::vector<std::string> drop_unreadable_parts(KernelTable& t) {
+  struct Part {
+    const char* name;
+    void (*clear)(KernelTable&);
+  };
+  static constexpr Part parts[] = {
+      {"grouped",
+       [](KernelTable& x) {
+         x.grouped_experts.clear();
+         x.grouped_rows.clear();
+         x.grouped_shapes.clear();
+         x.grouped_seconds.clear();
+         x.grouped_launch_s = 0;
+       }},
+      {"sustained",
+       [](KernelTable& x) {
+         x.sustained_size = 0;
+         x.burst_tflops = 0;
+         x.window_tflops.clear();
+         x.sustained_fraction = 0;
+       }},
+      {"sm_sharing",
+       [](KernelTable& x) {
+         x.sharing_sms.clear();
+         x.sharing_speed.clear();
+       }},
+  };
+  KernelTable base = t;
+  for (const Part& p : parts) p.clear(base);
+  try {
+    kernel_table_from_json(kernel_table_to_json(base));
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(std::string("the measured GEMM rates or bandwidth are unreadable: ") + e.what());
+  }
+  std::vector<std::string> dropped;
+  for (const Part& p : parts) {
+    KernelTable only = t;
+    for (const Part& q : parts)
+      if (&q != &p) q.clear(only);
+    try {
+      kernel_table_from_json(kernel_table_to_json(only));
+    } catch (const std::runtime_error& e) {
+      p.clear(t);
+      dropped.push_back(std::string(p.name) + " left out: " + e.what());
+    }
+  }
+  return dropped;
+}
+
 }  // namespace ht::engine

@@ -94,3 +94,61 @@ TEST_CASE("the emulated kernel table measures every grid point and round-trips t
   o.grouped_rows = {256, 64};
   CHECK_THROWS_WITH(measure_kernel_table(o), Catch::Contains("must be ascending and positive"));
 }
+
+TEST_CASE("a measured part out of its range is left out with the reader's reason, the rest kept",
+          "[engine][calibrate]") {
+  // A table built by hand, every part readable: the grid's numbers need no GPU.
+  KernelTable t;
+  t.sizes = {64, 128};
+  t.gemm_bf16_tflops.assign(8, 1.5);
+  t.hbm_bytes_per_s = 2e12;
+  t.grouped_experts = {2, 4};
+  t.grouped_rows = {64};
+  t.grouped_shapes = {{256, 512}};
+  t.grouped_seconds = {1e-5, 2e-5};
+  t.grouped_launch_s = 3e-5;
+  t.sustained_size = 8192;
+  t.burst_tflops = 700;
+  t.window_tflops = {700, 650};
+  t.sustained_fraction = 650.0 / 700;
+  t.sharing_sms = {8, 16};
+  t.sharing_speed = {0.9, 0.8};
+  KernelTable whole = t;
+  CHECK(drop_unreadable_parts(whole).empty());
+  CHECK(whole.grouped_seconds == t.grouped_seconds);
+  CHECK(whole.sustained_fraction == t.sustained_fraction);
+  CHECK(whole.sharing_speed == t.sharing_speed);
+
+  // A throttled sustained rate (0.1 of the burst) and a speed of 3 beside held SMs: both parts go,
+  // each with its reason; the grouped GEMMs stay, and what is left reads back.
+  KernelTable bad = t;
+  bad.sustained_fraction = 0.1;
+  bad.sharing_speed = {3.0, 0.8};
+  const std::vector<std::string> dropped = drop_unreadable_parts(bad);
+  REQUIRE(dropped.size() == 2);
+  CHECK_THAT(dropped[0], Catch::StartsWith("sustained left out: ") && Catch::Contains("[0.3, 2]"));
+  CHECK_THAT(dropped[1], Catch::StartsWith("sm_sharing left out: ") && Catch::Contains("(0, 1.5]"));
+  CHECK(bad.sustained_fraction == 0);
+  CHECK(bad.window_tflops.empty());
+  CHECK(bad.sharing_sms.empty());
+  CHECK(bad.grouped_seconds == t.grouped_seconds);
+  CHECK(bad.grouped_launch_s == t.grouped_launch_s);
+  const nlohmann::json j = kernel_table_to_json(bad);
+  CHECK_FALSE(j.contains("sustained"));
+  CHECK_FALSE(j.contains("sm_sharing"));
+  CHECK(kernel_table_from_json(j).grouped_seconds == t.grouped_seconds);
+
+  // A grouped time of zero takes the grouped part and its host time with it.
+  KernelTable zero = t;
+  zero.grouped_seconds = {0, 2e-5};
+  REQUIRE(drop_unreadable_parts(zero).size() == 1);
+  CHECK(zero.grouped_seconds.empty());
+  CHECK(zero.grouped_launch_s == 0);
+  CHECK_FALSE(kernel_table_to_json(zero).contains("grouped_launch_us"));
+
+  // Unreadable GEMM rates leave nothing to write.
+  KernelTable broken = t;
+  broken.gemm_bf16_tflops[3] = 0;
+  CHECK_THROWS_WITH(drop_unreadable_parts(broken),
+                    Catch::StartsWith("the measured GEMM rates or bandwidth are unreadable"));
+}

@@ -99,6 +99,14 @@ KernelTable measure_kernel_table(const KernelBenchOptions& options);
 nlohmann::json kernel_table_to_json(const KernelTable& table);
 KernelTable kernel_table_from_json(const nlohmann::json& j);
 
+// Clears each optional part of a measured table (grouped GEMMs with their host time, the sustained
+// rate, the speeds beside held SMs) that the table's own reader would refuse, a figure out of its
+// range (a GPU shared or throttled while it was measured), and returns one line per part cleared
+// with the reader's reason: a long measurement then still writes the parts that hold, and never a
+// file that `simulate --costs` refuses. Throws std::runtime_error when the GEMM rates and the
+// bandwidth, which every table needs, are unreadable themselves.
+std::vector<std::string> drop_unreadable_parts(KernelTable& table);
+
 namespace cuda {
 // The GPU side of measure_kernel_table (engine/cuda/src/kernel_bench.cu).
 KernelTable measure_kernel_table_cuda(const KernelBenchOptions& options);

@@ -476,7 +476,8 @@ const Registration reg{{
           ->check(CLI::ExistingFile)
           ->group(twin);
       sub.add_option("--cost", a->cost_overrides,
-                     "KEY=VALUE cost override (launch_overhead_us, comm_launch_us, interference_factor); repeatable")
+                     "KEY=VALUE cost override (launch_overhead_us, host_launch_us, grouped_launch_us, comm_launch_us, "
+                     "interference_factor, wake_latency_us); repeatable")
           ->group(twin);
       sub.add_option("--a2a-model", a->a2a_model, "all-to-all flows: auto, pairwise or aggregated")
           ->check(CLI::IsMember({"auto", "pairwise", "aggregated"}))

@@ -83,7 +83,7 @@ void print_run(const Setup& s, const Run& r, const TrainBudget& budget) {
                                                                                        : ", gather after step")
                                                    : "")
                     : std::string("one all-reduce after the backward (engine)"))
-            << "\n";
+            << (l.optimizer.grad_reduce_bf16 ? ", gradients in bf16" : "") << "\n";
   {
     std::ostringstream physics;
     physics << hs::to_string(r.options.precision) << " GEMMs"

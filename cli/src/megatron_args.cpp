@@ -155,7 +155,7 @@ class Translator {
     // Arguments that change what a real run does in ways the twin does not model (memory held by
     // FP8 weight copies, gradient bytes, routing bias, graph capture): never silent, never fatal.
     static const std::set<std::string> approximated{
-        "--fp8-param-gather", "--grad-reduce-in-bf16", "--moe-router-enable-expert-bias",
+        "--fp8-param-gather", "--moe-router-enable-expert-bias",
         "--moe-router-load-balancing-type", "--moe-aux-loss-coeff", "--cuda-graph-impl", "--cuda-graph-scope",
         "--enable-cuda-graph", "--external-cuda-graph", "--empty-unused-memory-level", "--moe-grouped-gemm",
         "--moe-router-score-function", "--moe-router-topk-scaling-factor", "--accumulate-allreduce-grads-in-fp32",
@@ -470,6 +470,9 @@ class Translator {
     if (!flag("--use-distributed-optimizer")) emit("--no-distributed-optimizer");
     if (!flag("--overlap-grad-reduce")) emit("--no-overlap-grad-reduce");
     if (!flag("--overlap-param-gather")) emit("--no-overlap-param-gather");
+    // Gradients kept and reduced in bf16: Megatron's switch, or Megatron-FSDP's wire dtype.
+    const auto fsdp_comm_dtype = value("--megatron-fsdp-grad-comm-dtype");
+    if (flag("--grad-reduce-in-bf16") || fsdp_comm_dtype == "bf16") emit("--grad-reduce-in-bf16");
     emit(flag("--overlap-moe-expert-parallel-comm") ? "--overlap" : "--no-overlap");
     emit(flag("--delay-wgrad-compute") ? "--delay-wgrad" : "--no-delay-wgrad");
     if (flag("--tp-comm-overlap")) emit("--tp-comm-overlap");
@@ -613,7 +616,7 @@ std::vector<std::string> expand_megatron_args(const std::vector<std::string>& ar
                                                             {"--pp", "--pp-list"}, {"--vpp", "--vpp-list"},
                                                             {"--ep", "--ep-list"}, {"--etp", "--etp-list"},
                                                             {"--mbs", "--mbs-list"}, {"--recompute", "--recompute-list"}};
-    static const std::set<std::string> dropped{"--no-distributed-optimizer", "--no-overlap-grad-reduce",
+    static const std::set<std::string> dropped{"--no-distributed-optimizer", "--no-overlap-grad-reduce", "--grad-reduce-in-bf16",
                                                "--no-overlap-param-gather", "--delay-wgrad", "--no-delay-wgrad",
                                                "--account-for-embedding", "--account-for-loss"};
     for (std::size_t i = 2; i < out.size(); ++i) {

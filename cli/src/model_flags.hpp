@@ -84,6 +84,7 @@ struct LayoutFlags {
   std::string grad_sync = "megatron";
   bool no_distributed_optimizer = false, no_overlap_grad_reduce = false, no_overlap_param_gather = false;
   bool fsdp = false;
+  bool grad_reduce_bf16 = false;
   double bucket_elements = 0;
   CLI::Option* dp_option = nullptr;
   CLI::Option* microbatches_option = nullptr;
@@ -120,6 +121,10 @@ struct LayoutFlags {
       c.optimizer.distributed = false;
       c.optimizer.overlap_grad_reduce = false;
       c.optimizer.overlap_param_gather = false;
+    }
+    if (grad_reduce_bf16) {
+      if (grad_sync != "megatron") throw UsageError("--grad-reduce-in-bf16 needs --grad-sync megatron");
+      c.optimizer.grad_reduce_bf16 = true;
     }
     c.optimizer.bucket_elements = bucket_elements;
     schedule::LayoutRequest r = request;
@@ -193,6 +198,10 @@ inline void add_layout_flags(CLI::App& sub, LayoutFlags& f) {
                "backward, the next one prefetched, its gradients reduce-scattered after its backward")
       ->group(train);
   sub.add_flag("--no-overlap-grad-reduce", f.no_overlap_grad_reduce, "reduce gradients after the whole backward")->group(train);
+  sub.add_flag("--grad-reduce-in-bf16", f.grad_reduce_bf16,
+               "main gradients kept and reduced in bf16 instead of fp32 (Megatron's flag; Megatron-FSDP's "
+               "recommended configuration): half the bytes of every gradient reduction and of the gradient memory")
+      ->group(train);
   sub.add_flag("--no-overlap-param-gather", f.no_overlap_param_gather,
                "gather parameters after the optimizer step instead of before each forward")
       ->group(train);

@@ -230,6 +230,7 @@ nlohmann::json summary_json(const Run& r) {
             {"fsdp", l.optimizer.fsdp},
             {"overlap_grad_reduce", l.optimizer.overlap_grad_reduce},
             {"overlap_param_gather", l.optimizer.overlap_param_gather},
+            {"grad_reduce_in_bf16", l.optimizer.grad_reduce_bf16},
             {"account_embedding", r.plan.account_embedding}, {"account_loss", r.plan.account_loss},
             {"first_stage_layers", l.split.first_stage_layers >= 0 ? nlohmann::json(l.split.first_stage_layers) : nullptr},
             {"last_stage_layers", l.split.last_stage_layers >= 0 ? nlohmann::json(l.split.last_stage_layers) : nullptr}}},

@@ -205,7 +205,7 @@ class RankBuilder {
       }
       const int members = static_cast<int>(group(bk.expert ? Group::Edp : Group::Dp).size());
       if (members < 2) continue;  // a single replica has nothing to reduce
-      const double bytes = bk.elements * 4.0;  // fp32 main gradients
+      const double bytes = bk.elements * o.grad_bytes();  // the main gradients (fp32 unless bf16)
       const CollectiveKind kind = o.distributed ? CollectiveKind::ReduceScatter : CollectiveKind::AllReduce;
       Node n = dp_node(Slot::GradAllReduce, bk, static_cast<int>(i), bytes);
       for (int peer : group(bk.expert ? Group::Edp : Group::Dp))
@@ -217,17 +217,18 @@ class RankBuilder {
     if (ctx_.cfg.tp > 1 && tp_replicated_elements > 0) {
       // finalize_model_grads step 3: the SP-replicated weights' gradients, summed over TP.
       Bucket replicated;
-      Node n = dp_node(Slot::GradAllReduce, replicated, -1, tp_replicated_elements * 4.0);
+      Node n = dp_node(Slot::GradAllReduce, replicated, -1, tp_replicated_elements * o.grad_bytes());
       n.symbols = "tp_replicated";
       for (int peer : group(Group::Tp))
-        if (peer != rank_) n.sends.push_back({peer, 2 * tp_replicated_elements * 4.0 / ctx_.cfg.tp});
+        if (peer != rank_) n.sends.push_back({peer, 2 * tp_replicated_elements * o.grad_bytes() / ctx_.cfg.tp});
       n.deps = chain_ends;
       reduces.push_back(push(std::move(n)));
       collectives_.emplace_back(reduces.back(), CollectiveKind::AllReduce, Group::Tp);
     }
     // The optimizer step over this rank's parameters (its shard of them with the distributed
-    // optimizer): Adam reads the fp32 gradient, master weight and two moments, writes the last
-    // three and the bf16 weight, after the gradient norm read the gradients once more.
+    // optimizer): Adam reads the main gradient (fp32: 4 bytes, 2 in bf16), the fp32 master weight
+    // and two moments, writes the last three and the bf16 weight, after the gradient norm read the
+    // gradients once more: 34 bytes an element with fp32 gradients.
     double elements = 0;
     for (const Bucket& bk : buckets) {
       const double shard = o.distributed || o.fsdp ? group(bk.expert ? Group::Edp : Group::Dp).size() : 1;
@@ -238,7 +239,7 @@ class RankBuilder {
     step.slot = Slot::OptimizerStep;
     step.phase = Phase::Forward;
     step.flops = 12 * elements;
-    step.mem_bytes = 34 * elements;
+    step.mem_bytes = (26 + 2 * o.grad_bytes()) * elements;
     step.work = ctx_.works->intern({{KernelKind::Elementwise, false, 0, 0, 0, 1, step.flops, step.mem_bytes}});
     step.deps = reduces.empty() ? chain_ends : reduces;
     const int step_id = push(std::move(step));
@@ -729,7 +730,7 @@ class RankBuilder {
     return ids;
   }
 
-  // The unit's fp32 gradients reduce-scattered over its data-parallel group(s).
+  // The unit's main gradients (fp32, or bf16) reduce-scattered over its data-parallel group(s).
   void fsdp_reduce(const PendingReduce& p) {
     const auto it = fsdp_buckets_.find({p.vp_stage, p.unit});
     if (it == fsdp_buckets_.end()) return;
@@ -737,7 +738,7 @@ class RankBuilder {
       const Bucket& bk = fsdp_all_[static_cast<std::size_t>(b)];
       const auto& g = group(bk.expert ? Group::Edp : Group::Dp);
       if (g.size() < 2) continue;
-      const double bytes = bk.elements * 4.0;
+      const double bytes = bk.elements * ctx_.cfg.optimizer.grad_bytes();
       Node n = dp_node(Slot::GradAllReduce, bk, b, bytes);
       for (int peer : g)
         if (peer != rank_) n.sends.push_back({peer, bytes / static_cast<double>(g.size())});

@@ -169,6 +169,8 @@ void validate(const ParallelConfig& c) {
   if (o.overlap_param_gather && !(o.distributed && o.overlap_grad_reduce))
     bad_config("overlapping the parameter all-gather needs the distributed optimizer and "
                "--overlap-grad-reduce (Megatron's rule)");
+  if (o.grad_reduce_bf16 && o.sync != GradSync::Megatron)
+    bad_config("gradients reduced in bf16 (--grad-reduce-in-bf16) need Megatron's gradient sync");
   if (o.fsdp && o.sync != GradSync::Megatron)
     bad_config("Megatron-FSDP needs Megatron's gradient sync (OptimizerConfig::sync = Megatron)");
   if (!std::isfinite(o.bucket_elements) || o.bucket_elements < 0)

@@ -260,7 +260,10 @@ void state_bytes(const StageContents& sc, const ParallelConfig& cfg, const Memor
   const bool sharded = megatron && (cfg.optimizer.distributed || cfg.optimizer.fsdp);
   const double dense_d = sharded ? double(cfg.dp) * cfg.cp : 1.0;
   const double expert_d = sharded ? double(cfg.edp()) : 1.0;
-  const double weight_bytes = model.weight_bytes, gradient_bytes = model.gradient_bytes;
+  // --grad-reduce-in-bf16: Megatron's gradient buffers are bf16 (the engine's model gives its own).
+  const double weight_bytes = model.weight_bytes,
+               gradient_bytes = cfg.optimizer.grad_reduce_bf16 ? std::min(model.gradient_bytes, 2.0)
+                                                                : model.gradient_bytes;
   optimizer = model.optimizer_bytes * (sc.dense[pp] / dense_d + sc.expert[pp] / expert_d);
   if (megatron && cfg.optimizer.fsdp) {
     // Megatron-FSDP: the rank's shard of the weights and gradients, plus the units in flight: the

@@ -553,6 +553,52 @@ TEST_CASE("Megatron-FSDP gathers each unit before its forward and backward and r
   CHECK(layer_gathers == 4 * 2 * 2);
 }
 
+TEST_CASE("gradients in bf16 (--grad-reduce-in-bf16) halve every reduction and the gradient memory, not the gathers",
+          "[schedule][layout]") {
+  // Counted from the model's parameter count (params.hpp), as the FSDP test above: with the main
+  // gradients in bf16 every reduction carries 2 bytes a parameter where fp32 carries 4, the
+  // gathers keep their bf16 weights, the gradient memory is 2 bytes a parameter and the
+  // optimizer step reads 2 bytes less of each gradient twice (30 bytes an element against 34).
+  const ModelDims d = tiny_model();
+  const std::string pattern = "[*-][*-]";
+  const double total = count_params(ht::patterns::parse(pattern), d).total;
+  for (const bool fsdp : {false, true}) {
+    CAPTURE(fsdp);
+    ParallelConfig c = grid(1, 1, 2, 1, 1, 2);
+    c.optimizer.sync = GradSync::Megatron;
+    c.optimizer.fsdp = fsdp;
+    c.optimizer.distributed = !fsdp;
+    c.optimizer.overlap_grad_reduce = !fsdp;
+    double reduced[2] = {0, 0}, gathered[2] = {0, 0}, step_bytes[2] = {0, 0}, gradients[2] = {0, 0};
+    for (const bool bf16 : {false, true}) {
+      c.optimizer.grad_reduce_bf16 = bf16;
+      const Plan plan = make_plan(pattern, c, options(false, false), d);
+      for (const Node& n : plan.nodes) {
+        if (n.rank != 0) continue;
+        double sent = 0;
+        for (const Transfer& t : n.sends) sent += t.bytes;
+        if (n.slot == Slot::GradAllReduce) reduced[bf16] += sent;
+        if (n.slot == Slot::ParamGather) gathered[bf16] += sent;
+        if (n.slot == Slot::OptimizerStep) step_bytes[bf16] += n.mem_bytes;
+      }
+      gradients[bf16] = peak_memory(ht::patterns::parse(pattern), d, c, plan, Precision::Bf16).gradients;
+    }
+    // FSDP reduces every microbatch (2), the distributed optimizer once; 1/dp to the one peer.
+    const double reductions = fsdp ? 2 : 1;
+    CHECK(reduced[0] == Approx(reductions * total * 4 / 2));
+    CHECK(reduced[1] == Approx(reductions * total * 2 / 2));
+    CHECK(gathered[1] == Approx(gathered[0]));
+    CHECK(gathered[0] > 0);
+    CHECK(step_bytes[0] == Approx(34 * total / 2));
+    CHECK(step_bytes[1] == Approx(30 * total / 2));
+    CHECK(gradients[1] == Approx(gradients[0] / 2));
+  }
+  // EndOfStep (the engine's all-reduce) has no such switch.
+  ParallelConfig e = grid(1, 1, 2, 1, 1, 2);
+  e.optimizer.grad_reduce_bf16 = true;
+  CHECK_THAT(build_error(pattern, e, options(false, false), d), Catch::Contains("--grad-reduce-in-bf16"));
+}
+
 TEST_CASE("plans with tp > 1 pass the structural and deadlock checks and the engines refuse them",
           "[schedule][layout]") {
   ParallelConfig c = grid(2, 2, 2, 2, 4, 4, 2);

@@ -616,8 +616,9 @@ std::vector<std::string> expand_megatron_args(const std::vector<std::string>& ar
                                                             {"--pp", "--pp-list"}, {"--vpp", "--vpp-list"},
                                                             {"--ep", "--ep-list"}, {"--etp", "--etp-list"},
                                                             {"--mbs", "--mbs-list"}, {"--recompute", "--recompute-list"}};
-    static const std::set<std::string> dropped{"--no-distributed-optimizer", "--no-overlap-grad-reduce", "--grad-reduce-in-bf16",
-                                               "--no-overlap-param-gather", "--delay-wgrad", "--no-delay-wgrad",
+    static const std::set<std::string> dropped{"--no-distributed-optimizer", "--no-overlap-grad-reduce",
+                                               "--grad-reduce-in-bf16", "--no-overlap-param-gather",
+                                               "--delay-wgrad", "--no-delay-wgrad",
                                                "--account-for-embedding", "--account-for-loss"};
     for (std::size_t i = 2; i < out.size(); ++i) {
       const std::string& k = out[i];
